@@ -264,10 +264,11 @@ class ModelRunner:
                                   [self._mirostat(s.request_id, s.params) for s in seqs])
         dead = dead_ends(logits, [(i, seqs[i]) for i, _ in matchers])  # their token is none the grammar allows
         matchers = [(i, m) for i, m in matchers if seqs[i].request_id not in dead]
+        picked = tokens.tolist()  # one conversion, not a tensor index and item a row
         for i, m in matchers:
-            m.accept(int(tokens[i]))
+            m.accept(picked[i])
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
-        return RunnerOutput({s.request_id: sampled_token(s.params, int(tokens[i]), rows_lp[i], raw.get(i),
+        return RunnerOutput({s.request_id: sampled_token(s.params, picked[i], rows_lp[i], raw.get(i),
                                                          raw_known=scored is None)
                              for i, s in enumerate(seqs)},
                             forced=forced(self.matchers, (seqs[i] for i, _ in matchers), self.forced_drafts),
