@@ -20,13 +20,16 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """x: [..., dim] -> [..., dim] in out_dtype (or into `out`, which may alias x)."""
-        x = x.float()
+        f32 = torch.float32  # no .float() / .to() call where it would return x itself: each is a dispatch
+        if x.dtype != f32:
+            x = x.float()
         # mean(x^2) as |x|^2 / dim: one reduction kernel instead of pow + sum + div
         n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         r = torch.addcmul(self._eps, n, n, value=1.0 / x.shape[-1]).rsqrt_()
         if out is not None:
             return torch.mul(x * r, self.weight, out=out)
-        return (x * r).mul_(self.weight).to(self.out_dtype)
+        y = (x * r).mul_(self.weight)
+        return y if self.out_dtype == f32 else y.to(self.out_dtype)
 
 
 class NoNorm(nn.Module):
