@@ -32,7 +32,8 @@ class NativeEmbedding(Embedding):
     """Rows dequantized by one C++ call per lookup (bit-exact like the torch decoder)."""
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:  # ids: [T] int64 -> [T, hidden] f32
-        return native.dequant_rows(self.raw, self.qtype, self.embedding_dim, ids).view(*ids.shape, -1)
+        rows = native.dequant_rows(self.raw, self.qtype, self.embedding_dim, ids)
+        return rows if ids.dim() == 1 else rows.view(*ids.shape, -1)
 
 
 def _norm_args(norm: RMSNorm | None) -> tuple[torch.Tensor | None, float]:

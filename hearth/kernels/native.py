@@ -473,7 +473,8 @@ def qk_rope(qk: torch.Tensor, rot: int, cos: torch.Tensor, sin: torch.Tensor, ne
 def dequant_rows(w: torch.Tensor, qtype: int, k: int, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Rows `ids` (int64 [T]) of a [V, K] GGUF tensor (uint8 [V, row_bytes]) -> f32 [T, K] (or into
     `out`, contiguous)."""
-    ids = ids.reshape(-1).to(torch.int64).contiguous()
+    if ids.dim() != 1 or ids.dtype != torch.int64 or not ids.is_contiguous():  # a step's ids are (no view op then)
+        ids = ids.reshape(-1).to(torch.int64).contiguous()
     out = torch.empty(ids.shape[0], k) if out is None else out
     assert out.is_contiguous() and out.shape == (ids.shape[0], k) and out.dtype == torch.float32
     rc = lib().hk_dequant_rows(w.data_ptr(), int(qtype), w.stride(0), k, w.shape[0], ids.data_ptr(),
