@@ -113,6 +113,7 @@ class FusedStack:
         self.lib = _lib()
         self.layers = layers  # keep the C++ layers alive
         self.ptrs = (_p * len(layers))(*[layer.ptr for layer in layers])
+        self.built = all(layer.ptr for layer in layers)  # every C++ layer made (read every step: not the array)
         self.kv_key, self.kv_ptrs = None, None  # decode's caches, checked and their addresses
 
     def prefill(self, x: torch.Tensor, tables: list[tuple[torch.Tensor, torch.Tensor]], kv_caches: list, meta,
@@ -120,7 +121,7 @@ class FusedStack:
         """FusedLayer.prefill through every layer, layer i with its (cos, sin) tables[i] and cache
         kv_caches[i]; only the last layer keeps just `keep` rows. Returns the number of layers run
         (0 where the step or cache is not one this call covers; the caller runs the rest)."""
-        return _prefill(self.lib, self.ptrs, x, tables, kv_caches, meta, keep) if all(self.ptrs) else 0
+        return _prefill(self.lib, self.ptrs, x, tables, kv_caches, meta, keep) if self.built else 0
 
     def decode(self, x: torch.Tensor, tables: list[tuple[torch.Tensor, torch.Tensor]], kv_caches: list, meta) -> int:
         """FusedLayer.__call__ through every layer in one C++ call (hk_stack_forward): a step of a few
@@ -135,18 +136,19 @@ class FusedStack:
         """hk_stack_forward's arguments after x and its rows (tables, caches, the step's), or None where
         the step or cache is not one it covers."""
         kv, n = kv_caches[0], len(kv_caches)
-        if not all(self.ptrs) or not x.is_contiguous() or n != len(self.layers):
+        if not self.built or not x.is_contiguous() or n != len(self.layers):
             return None
         if not all(isinstance(c, torch.Tensor) for c in kv_caches):  # quantized caches: layer by layer
             return None
-        key = (kv.dtype, kv.shape, *((id(c), c.data_ptr()) for c in kv_caches))  # checked once, not every step (~25 us)
+        # checked once, not every step (~25 us); the key itself from map()s, not a generator of pairs
+        key = (kv.dtype, kv.shape, *map(id, kv_caches), *[c.data_ptr() for c in kv_caches])
         if self.kv_key != key:
             ok = all(native_pages(x, c) and c.dtype == kv.dtype and c.shape == kv.shape for c in kv_caches)
             self.kv_key, self.kv_ptrs = key, (_p * n)(*[c.data_ptr() for c in kv_caches]) if ok else None
         if self.kv_ptrs is None or x.dtype != torch.float32:
             return None
-        ptrs = lambda ts: (_p * n)(*[t.data_ptr() for t in ts])  # noqa: E731
-        return (ptrs(c for c, _ in tables), ptrs(s for _, s in tables), self.kv_ptrs, *step_args(kv, meta))
+        return ((_p * n)(*[c.data_ptr() for c, _ in tables]), (_p * n)(*[s.data_ptr() for _, s in tables]),
+                self.kv_ptrs, *step_args(kv, meta))
 
 
 def _prefill(lib, layers, x: torch.Tensor, tables: list, kv_caches: list, meta, keep: int) -> int:
