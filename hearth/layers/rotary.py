@@ -112,6 +112,7 @@ class Rotary(nn.Module):
     def _use(self, factors: tuple[float, ...]) -> None:
         attn = self.factors.attn_factor if self.factors else 1.0
         self.key = ("rope", self.rot_dim, self.base, self.scale, self.neox, factors, attn, self.sections, self.layout)
+        self._halves_key = (*self.key, "halves")  # halves()' memo key, made once: looked up every step
         # angles in float64: at position 32k a float32 angle would be off by ~1e-3 rad
         self.inv_freq = 1.0 / (self.base ** (torch.arange(0, self.rot_dim, 2, dtype=torch.float64) / self.rot_dim))
         self.inv_freq /= self.scale
@@ -134,7 +135,7 @@ class Rotary(nn.Module):
     def halves(self, positions: torch.Tensor, memo: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Per step: (cos, sin) f32 [T, rot/2], contiguous (the layout the native kernel reads). positions: [T],
         or [3, T] (t, h, w) with M-RoPE sections: pair j at its component's position."""
-        key = (*self.key, "halves")
+        key = self._halves_key
         if key not in memo:
             if positions.dim() == 1:
                 memo[key] = self._lookup(positions)
