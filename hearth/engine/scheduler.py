@@ -199,6 +199,8 @@ class Scheduler:
         """The second pass: drafts for the scheduled requests, in order, within the budget left, below
         the first kernel regime boundary above the step's real rows (or to verify_rows), and in KV slots that are free
         now (the request's last block, then free blocks): never by preempting anyone."""
+        if not any(r.spec_token_ids or r.num_draft_slots for r, _ in scheduled):  # nothing proposed: no pass
+            return [(req, n, 0) for req, n in scheduled]
         plain = sum(n for _, n in scheduled)
         # a draft's row is the one the next step would decode without drafts: a step whose prompt chunks
         # put it in another regime than the decode rows alone (16 rows, 3 of them decodes) sums it unlike that
