@@ -10,6 +10,8 @@ layer in one call (FusedStack). A MoE layer's experts are one native call over t
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from hearth.backends.base import TORCH_CONV_OPS, TORCH_OPS, Backend, ConvOps, LayerOps
@@ -26,6 +28,10 @@ from hearth.layers.linear import QuantLinear, linear_policy
 from hearth.layers.norm import RMSNorm, WholeQKNorm
 from hearth.loader.gguf_loader import GGUFTensor
 from hearth.models.arch_spec import ArchSpec, admits, refusal
+
+
+NO_CHANGE = contextlib.nullcontext()
+"""batch_invariant(0): steps without drafts change nothing (a nullcontext is reusable)."""
 
 
 class NativeEmbedding(Embedding):
@@ -383,7 +389,7 @@ class CpuBackend(Backend):
         return native.batch_min_rows()
 
     def batch_invariant(self, rows: int):
-        return native.batch_invariant(rows)
+        return native.batch_invariant(rows) if rows > 0 else NO_CHANGE  # most steps: no generator made
 
     def row_passes(self) -> tuple[int, int, int]:
         """The exact AMX tiles' passes of 16 rows from batch_min_rows() on (the GEMV and the VNNI GEMM
