@@ -34,6 +34,8 @@ def pooled_sums(hidden: torch.Tensor, out_rows: list[int], rows: dict[int, range
                 rank_head=None) -> dict[str, list[float]]:
     """hidden: [len(out_rows), hidden] -> request id -> the sum of its rows' final hidden states, in f32; a
     "rank" request's one row through rank_head (the model's): [its logit]."""
+    if not rows:  # a step of no pooling request (most): no row index built
+        return {}
     at = {r: j for j, r in enumerate(out_rows)}
     out = {}
     for i, rs in rows.items():

@@ -40,9 +40,11 @@ def score_prompts(hidden: torch.Tensor, out_rows: list[int], rows: list[int], ta
                   ) -> tuple[dict[str, list[dict[int, float]]], dict[str, list[int]], torch.Tensor]:
     """hidden: [len(out_rows), hidden] -> (request id -> its prompt logprobs, request id -> their
     tokens' ranks, hidden's sampled rows [len(rows), hidden]); logits: [R, hidden] -> [R, vocab] f32."""
+    if not targets and out_rows == rows:  # most steps: no row index built
+        return {}, {}, hidden
     at = {r: j for j, r in enumerate(out_rows)}
     if not targets:
-        return {}, {}, hidden if out_rows == rows else hidden[[at[r] for r in rows]]
+        return {}, {}, hidden[[at[r] for r in rows]]
     scored = {seqs[i].request_id: prompt_logprobs(hidden[[at[r] for r in rs]], seqs[i].prompt_targets,
                                                   seqs[i].params.prompt_logprobs, logits)
               for i, rs in targets.items()}
