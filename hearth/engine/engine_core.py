@@ -232,7 +232,7 @@ class EngineCore:
         failed += [o for rid, why in result.dead_ends.items()
                    if (o := self._failed(rid, InvalidSamplingParams("bad_words", why)))]
         changed = self.scheduler.update(so, result)
-        for rid in result.sampled:  # forced tokens hold for the step right after this one
+        for rid in result.sampled if self.forced else ():  # forced tokens hold for the step right after this one
             self.forced.pop(rid, None)
         self.forced.update(result.forced)
         results = self.scheduler.spec_results

@@ -251,8 +251,9 @@ class ModelRunner:
                     out.snapshots = keep_accepted(meta.recurrent, self.snapshots, so.seqs, out.accepted)
                 return out
             allowed = matched(self.matchers, self.grammar, self.cfg.vocab_size, seqs)
-            scored = scored_ids(None if any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
-                                or len(allowed) < len(seqs) else list(allowed.values()))
+            scored = scored_ids(None if len(allowed) < len(seqs)  # first: a row without a grammar scores all
+                                or any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
+                                else list(allowed.values()))
             logits = self._logits(hidden, scored)  # [R, vocab]
         for i, s in enumerate(seqs):
             if s.banned_token_ids and s.params.structured_output is None:  # a grammar's rows: in mask_row
