@@ -59,6 +59,7 @@ PROCESSES = {  # tests that start another program (tests/`module` or `module::fu
     "bench/test_bench_spec_script.py": "the speculation benchmark against fake servers",
     "bench/test_readme_performance.py::test_whole_run_against_fake_servers": "the README benchmark against fake servers",
     "bench/test_rss.py": "a child whose peak RSS is read",
+    "cluster/test_cluster_bad_input.py::test_not_a_ray_head_is_one_line_without_rays_log": "hearth cluster serve",
     "cluster/test_cluster_bad_input.py::test_one_model_only": "hearth cluster serve",
     "cluster/test_join.py": "ray start",
     "evals/test_bfcl_data.py::test_fetch_refuses_a_wheel_with_another_hash": "pip download",

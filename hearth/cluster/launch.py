@@ -4,11 +4,11 @@ loaded its model: the front end starts whole or not at all. Every failure is one
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hearth.cluster.probe import check_ray_address
 from hearth.cluster.remote_engine import ClusterEngine, ReplicaSlot
 from hearth.cluster.replica import LoadFailure, Replica, ReplicaInfo
 from hearth.cluster.router import make_router
@@ -84,7 +84,7 @@ def connect(address: str | None, num_cpus: int | None = None, log_to_driver: boo
     if ray.is_initialized():
         return False
     if address:
-        _check_reachable(address)
+        check_ray_address(address)  # Ray's own connect retries for minutes on a wrong one
         try:
             ray.init(address=address, log_to_driver=log_to_driver, logging_level="warning")
         except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
@@ -107,19 +107,6 @@ def connect(address: str | None, num_cpus: int | None = None, log_to_driver: boo
         else:
             os.environ["PYTHONPATH"] = saved
     return True
-
-
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Ray's own connect retries for minutes on a wrong address: try the TCP port first."""
-    if address == "auto" or address.startswith("ray://"):
-        return
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ClusterError(f"--address {address!r}: give HOST:PORT of the Ray head (e.g. head-node:6379)")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as e:
-        raise ClusterError(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
 
 
 def check_fits(spec: ClusterSpec, count: int) -> None:

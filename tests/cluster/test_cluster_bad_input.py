@@ -4,8 +4,12 @@ cannot load need the running cluster: tests/cluster/test_cluster.py, the one mod
 
 from __future__ import annotations
 
+import http.server
+import re
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,10 +21,9 @@ from tests.gguf_factory import write_tiny_gguf
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hearth", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
-
-
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hearth", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def test_without_ray_one_line_names_the_extra(model_path):
@@ -37,6 +40,38 @@ def test_unreachable_ray_address(model_path):
     assert "cannot reach a Ray cluster at 127.0.0.1:1" in _one_error_line(r.stderr)
     r = _cli("cluster", "serve", str(model_path("smollm2-135m")), "--address", "no-port-here")
     assert r.returncode == 1 and "HOST:PORT" in _one_error_line(r.stderr)
+
+
+RAY_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+ [DIWEF] \d+ \d+\] \w+\.(cc|h):\d+:")
+"""Ray's C++ logging: `[2026-12-08 00:19:44,467 W 14692 14692] rpc_client.h:153: Failed to connect to GCS ...`"""
+
+
+class _Quiet(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_not_a_ray_head_is_one_line_without_rays_log(tmp_path):
+    """A closed port, and a plain HTTP server: ray.init would retry for minutes, writing its C++ client's
+    warnings and no error; hearth asks first and says what to give --address."""
+    write_tiny_gguf(tiny := tmp_path / "tiny.gguf", "llama")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        for port, needle in ((closed, f"cannot reach a Ray cluster at 127.0.0.1:{closed}: Connection refused"),
+                             (web.server_address[1], f"127.0.0.1:{web.server_address[1]} is not a Ray cluster")):
+            r = _cli("cluster", "serve", str(tiny), "--address", f"127.0.0.1:{port}", timeout=60)
+            assert r.returncode == 1
+            line = _one_error_line(r.stderr)
+            assert needle in line and "ray start --head" in line and "leave out --address" in line, line
+            assert not any(RAY_LOG_LINE.match(x) for x in r.stderr.splitlines()), r.stderr
+            assert r.stderr.strip() == line, r.stderr  # nothing but hearth's line
+    finally:
+        web.shutdown()
+        web.server_close()
 
 
 def test_bad_settings_fail_before_ray_starts(capsys, tmp_path):
