@@ -98,7 +98,7 @@ def connect(address: str | None, num_cpus: int | None = None, log_to_driver: boo
     try:
         # "local": a new instance even where RAY_ADDRESS or a `ray start` head on this machine would
         # make a bare ray.init() join that one instead (off loopback, and refusing num_cpus)
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+        ray.init(address="local", num_cpus=num_cpus or machine_cpus(), include_dashboard=False,
                  log_to_driver=log_to_driver,
                  object_store_memory=LOCAL_OBJECT_STORE_BYTES, logging_level="warning")
     finally:
@@ -109,15 +109,40 @@ def connect(address: str | None, num_cpus: int | None = None, log_to_driver: boo
     return True
 
 
-def check_fits(spec: ClusterSpec, count: int) -> None:
-    """More replicas than the cluster can place would wait in Ray's queue forever: refuse up front."""
+def machine_cpus() -> int:
+    """The CPUs this process may use (its affinity mask, as `hearth serve`'s --threads warning counts them):
+    what a local Ray instance offers its replicas."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def check_machine_fits(spec: ClusterSpec) -> None:
+    """Before a local instance starts (5-10 s): replicas it cannot place would wait in Ray's queue forever."""
+    cpus, t = machine_cpus(), spec.threads_per_replica
+    if t > cpus:
+        raise ClusterError(f"--threads-per-replica {t} is more than the {cpus} CPUs this process may use: give at "
+                           f"most {cpus}, or join a Ray cluster with bigger nodes (--address)")
+    if spec.replicas * t > cpus:
+        raise ClusterError(f"{_times(spec.replicas, t)} need {spec.replicas * t} CPUs, more than the {cpus} this "
+                           f"process may use (each replica holds its threads' CPUs): give --replicas "
+                           f"{cpus // t} or fewer at --threads-per-replica {t}, or join a Ray cluster with more "
+                           "CPUs (--address)")
+
+
+def check_fits(spec: ClusterSpec, count: int, more: bool = False) -> None:
+    """More replicas than the cluster can place would wait in Ray's queue forever: refuse up front.
+    more: they join running ones (POST /cluster/replicas)."""
     ray = import_ray()
     total, free = ray.cluster_resources().get("CPU", 0), ray.available_resources().get("CPU", 0)
     need = count * spec.threads_per_replica
     if need > free:
-        raise ClusterError(f"{count} replicas x {spec.threads_per_replica} threads need {need} CPUs; the Ray "
-                           f"cluster has {free:g} free of {total:g}: lower --replicas or --threads-per-replica, "
-                           "or add nodes")
+        raise ClusterError(f"{_times(count, spec.threads_per_replica, more)} need {need} CPUs, "
+                           f"but the Ray cluster has {free:g} free of its {total:g}: "
+                           f"{'ask for fewer' if more else 'lower --replicas or --threads-per-replica'}, or add "
+                           "nodes to the cluster (`ray start --address HEAD:PORT` on another machine)")
+
+
+def _times(replicas: int, threads: int, more: bool = False) -> str:
+    return f"{replicas} {'more ' * more}replica{'s' * (replicas != 1)} x {threads} thread{'s' * (threads != 1)}"
 
 
 def start_replicas(spec: ClusterSpec) -> ClusterEngine:
@@ -131,7 +156,7 @@ def spawn(spec: ClusterSpec, count: int, first: int) -> list[tuple[object, Repli
     """Place `count` replicas, named r{first}, r{first + 1}, ..., and wait for all to load; on any
     failure kill them all and raise."""
     ray = import_ray()
-    check_fits(spec, count)
+    check_fits(spec, count, more=first > 0)
     actor = ray.remote(Replica).options(num_cpus=spec.threads_per_replica, max_restarts=-1, max_task_retries=0)
     args = {**spec.engine_args, "threads": spec.threads_per_replica}
     if args.get("kv_disk_dir"):  # one shared tier: --kv-disk-space-mb is split between the replicas

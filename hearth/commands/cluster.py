@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from hearth.cluster.launch import ClusterError, ClusterSpec, connect, import_ray
+    from hearth.cluster.launch import ClusterError, ClusterSpec, check_machine_fits, connect, import_ray
 
     from hearth.commands.serve_models import model_args
     from hearth.loader.resolve import resolve_model
@@ -63,6 +63,8 @@ def main(args: argparse.Namespace) -> int:
                        args.max_queued, args.routing, args.load_factor, args.prefix_blocks, args.startup_timeout)
     resolve_model(args.model)  # a bad name fails here, before Ray starts
     serve.check_port(args.host, args.port)  # so does a port in use, not after the replicas load
+    if not args.address and not ray.is_initialized():  # the local instance gets this machine's CPUs
+        check_machine_fits(spec)
     started = connect(args.address)
     stop = signal.signal(signal.SIGTERM, _terminated)  # in place of Ray's (exit 15, no cleanup of ours)
     try:

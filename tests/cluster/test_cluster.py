@@ -176,7 +176,7 @@ def test_scale_up_and_down_while_serving(cluster):
     r = http.post("/cluster/replicas", json={"replicas": 0})
     assert r.status_code == 400 and "at least 1" in r.json()["error"]["message"]
     r = http.post("/cluster/replicas", json={"replicas": 9})  # 7 more CPUs than the instance has
-    assert r.status_code == 400 and "need 7 CPUs" in r.json()["error"]["message"]
+    assert r.status_code == 400 and "7 more replicas x 1 thread need 7 CPUs" in r.json()["error"]["message"]
     deadline = time.monotonic() + 60  # r2's CPU comes back once Ray has ended its actor
     while ray.available_resources().get("CPU", 0) < 1:
         assert time.monotonic() < deadline, ray.available_resources()
@@ -260,7 +260,7 @@ def test_more_replicas_than_the_cluster_can_place(cluster, capsys):
     assert _free_cpus() == 1  # 3 logical CPUs, 2 held by the serving replicas
     assert main(["cluster", "serve", cluster.path, "--replicas", "2"]) == 1
     line = one_error_line(capsys.readouterr().err)
-    assert "2 replicas x 1 threads need 2 CPUs; the Ray cluster has 1 free of 3" in line
+    assert "2 replicas x 1 thread need 2 CPUs, but the Ray cluster has 1 free of its 3: lower --replicas" in line
 
 
 def test_a_model_a_replica_cannot_load(cluster, tmp_path, capsys):

@@ -115,3 +115,30 @@ def test_a_port_in_use_is_one_line_before_ray_starts(tmp_path, capsys, monkeypat
         port = taken.getsockname()[1]
         assert main(["cluster", "serve", str(tiny), "--host", "127.0.0.1", "--port", str(port)]) == 1
     assert _one_error_line(capsys.readouterr().err) == f"hearth: error: port {port} on 127.0.0.1 is already in use"
+
+
+def test_more_replicas_than_this_machine_has_cpus_is_one_line_before_ray_starts(tmp_path, capsys, monkeypatch):
+    """A local instance gets this process's CPUs: replicas x threads beyond them would wait in Ray's queue
+    forever, so the command says so (and what to give) before Ray starts."""
+    import ray
+
+    import hearth.cluster.launch as launch
+
+    for name in ("connect", "start_replicas"):
+        monkeypatch.setattr(launch, name, lambda *a, **k: pytest.fail("started Ray or a replica that cannot fit"))
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh command (the package's cluster may run)
+    monkeypatch.setattr(launch, "machine_cpus", lambda: 4)
+    write_tiny_gguf(tiny := tmp_path / "tiny.gguf", "llama")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    for argv, expected in (
+            (["--replicas", "3", "--threads-per-replica", "2"],
+             "3 replicas x 2 threads need 6 CPUs, more than the 4 this process may use (each replica holds its "
+             "threads' CPUs): give --replicas 2 or fewer at --threads-per-replica 2, or join a Ray cluster with "
+             "more CPUs (--address)"),
+            (["--replicas", "1", "--threads-per-replica", "5"],
+             "--threads-per-replica 5 is more than the 4 CPUs this process may use: give at most 4, or join a Ray "
+             "cluster with bigger nodes (--address)")):
+        assert main(["cluster", "serve", str(tiny), "--port", port, *argv]) == 1
+        assert _one_error_line(capsys.readouterr().err) == f"hearth: error: {expected}"
