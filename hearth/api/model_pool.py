@@ -209,14 +209,15 @@ class ModelPool(KeepAlive):
 
     def known(self, requested: str | None) -> Known:
         """What a route checks the request against before the model it names loads (its context, vocabulary,
-        width, pooling, LoRA adapters: hearth.api.model_spec.Known), so a bad request loads nothing and unloads
-        nothing; an unknown model is its 404 here."""
+        width, pooling, LoRA adapters, disk tier: hearth.api.model_spec.Known), so a bad request loads nothing and
+        unloads nothing; an unknown model is its 404 here."""
         slot = self.resolve(requested)
         served = slot.served
         if served is not None:
             adapters = len(served.lora.paths) if served.lora is not None else 0
-            return Known.of(slot.spec.name, served.max_model_len, served, adapters)
-        return Known.of(slot.spec.name, slot.spec.max_model_len, slot.spec.facts, slot.spec.lora_count)
+            return Known.of(slot.spec.name, served.max_model_len, served, adapters, served.snapshots is not None)
+        return Known.of(slot.spec.name, slot.spec.max_model_len, slot.spec.facts, slot.spec.lora_count,
+                        slot.spec.kv_disk)
 
     async def get(self, requested: str | None) -> ServedModel:
         """The served model for a request, loaded if need be. Call Generation before the next await:

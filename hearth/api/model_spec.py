@@ -45,6 +45,10 @@ class ModelSpec:
     lora_count: int | None = None
     """Its LoRA adapters (--lora, --lora-scaled, --lora-modules: the first model's; 0 the others'), which a request's
     `lora` ids and POST /lora-adapters are checked against before its load; None: not known."""
+    kv_disk: bool | None = None
+    """Whether its server has a KV disk tier (--kv-disk-dir), which /slots/save and /slots/restore need: False is
+    their 400 before its load; True may still be none once loaded (a model with recurrent layers runs without);
+    None: not known."""
 
     @property
     def name(self) -> str:
@@ -71,14 +75,17 @@ class Known:
     """How it takes images (hearth.api.media_parts.Vision: how many a request may hold; None: it reads text only):
     what a request's messages are read against before the load (hearth.api.read_before_load). Not known: ANY_IMAGES,
     which takes any image (None says text only here)."""
+    kv_disk: bool | None = None
+    """Whether it has a KV disk tier (ModelSpec.kv_disk; loaded: its snapshot store)."""
 
     @classmethod
-    def of(cls, name: str, max_model_len: int, model, lora_count: int | None = None) -> Known:
+    def of(cls, name: str, max_model_len: int, model, lora_count: int | None = None,
+           kv_disk: bool | None = None) -> Known:
         """model: a ServedModel or FileFacts (the same names), or None."""
         if model is None:
-            return cls(name, max_model_len, lora_count=lora_count)
+            return cls(name, max_model_len, lora_count=lora_count, kv_disk=kv_disk)
         return cls(name, max_model_len, model.vocab_size, model.embedding_size, model.embeds_only, model.pooling,
-                   lora_count, model.vision)
+                   lora_count, model.vision, kv_disk)
 
 
 Loader = Callable[[ModelSpec], ServedModel]

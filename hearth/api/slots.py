@@ -99,8 +99,9 @@ def _text_history(body: SlotRequest, images: RequestImages) -> list[dict] | None
 
 
 def _named(request: Request, body: SlotRequest) -> tuple[str, str]:
-    """(name, the field it came in), checked before the model loads (as an unknown model's 404), or a 400."""
-    request.app.state.models.known(body.model)
+    """(name, the field it came in), checked before the model loads (as an unknown model's 404 and a server
+    without a disk tier), or a 400."""
+    known = request.app.state.models.known(body.model)
     field = "name" if body.name is not None or body.filename is None else "filename"
     name = body.name if field == "name" else body.filename
     if name is None:
@@ -109,15 +110,21 @@ def _named(request: Request, body: SlotRequest) -> tuple[str, str]:
         check_name(name)
     except SnapshotNameError as e:
         raise APIError(400, f"{field}: {e}", param=field) from None
+    if known.kv_disk is False:  # the server's flag: no model has one (None: not known, the loaded model says)
+        raise _no_disk()
     return name, field
 
 
 def _store(served):
-    """The model's snapshot store, or a 400: the server has no disk tier."""
+    """The model's snapshot store, or a 400: it has no disk tier (a model with recurrent layers runs without)."""
     if served.snapshots is None:
-        raise APIError(400, "saving and restoring KV state needs a disk tier: start the server with "
-                       "--kv-disk-dir DIR", code="kv_disk_disabled")
+        raise _no_disk()
     return served.snapshots
+
+
+def _no_disk() -> APIError:
+    return APIError(400, "saving and restoring KV state needs a disk tier: start the server with --kv-disk-dir DIR",
+                    code="kv_disk_disabled")
 
 
 async def _run(method, name: str, field: str, *args):

@@ -141,7 +141,8 @@ def build_pool(args: argparse.Namespace):
         specs.append(ModelSpec(n, fp.total, e.pinned or alone or n[0] in routing, fp.context, router, fp.kv,
                                f, facts, lora_files(args) if not specs else {},
                                math.inf if keep is None else keep, _pinned_why(e, alone, n[0] in routing),
-                               lora_count=0 if specs else len(getattr(args, "lora_adapters", None) or [])))
+                               lora_count=0 if specs else len(getattr(args, "lora_adapters", None) or []),
+                               kv_disk=bool(getattr(args, "kv_disk_dir", ""))))
     if several and any(mmprojs):  # --mmproj is the first model's alone: say who reads images
         readers = ", ".join(n[0] for n, m in zip(names, mmprojs) if m)
         print(f"hearth: images: {readers} (--mmproj is the first model's; a --models entry's `mmproj` gives "

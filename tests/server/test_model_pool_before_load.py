@@ -266,3 +266,17 @@ def test_a_model_whose_images_are_not_known_reads_them_after_its_load(serve):
     r = client.post("/v1/chat/completions", json={"model": "a", "messages": [{"role": "user", "content": [IMAGE]}]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].type", r.text
     assert loader.loads == ["a"]
+
+
+@pytest.mark.parametrize("path,body", [("/slots/save", {"name": "x", "prompt": "y"}),
+                                       ("/slots/restore", {"filename": "x"})])
+def test_slots_on_a_server_without_a_disk_tier_are_refused_before_the_model_loads(serve, path, body):
+    """A disk tier is the server's flag (--kv-disk-dir, ModelSpec.kv_disk): without one a slot's save or restore
+    is a 400 with nothing loaded."""
+    pool, loader = _pool()
+    for slot in pool.slots:
+        slot.spec.kv_disk = False
+    client = serve(pool)
+    r = client.post(path, json={**body, "model": "b"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "kv_disk_disabled", r.text
+    assert loader.loads == []
