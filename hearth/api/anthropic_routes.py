@@ -13,8 +13,9 @@ from hearth.api.anthropic_protocol import CountTokensRequest, MessagesRequest
 from hearth.api.anthropic_stream import message_events, tool_input, tool_use_block, unparsed_tool_use, usage
 from hearth.api.errors import APIError
 from hearth.api.choices import settle
+from hearth.api.extensions import Extensions
 from hearth.api.generate import until_disconnect
-from hearth.api.guard_extras import RequestGuard
+from hearth.api.guard_extras import RequestGuard, request_extensions
 from hearth.api.messages import _kind, bad, openai_messages
 from hearth.api.parsing import anthropic_stop
 from hearth.api.read_before_load import read_before_load
@@ -36,12 +37,12 @@ def _read(pool, body):
     return read_before_load(pool, body.model, lambda images: anthropic_messages(body.messages, body.system, images))
 
 
-def _guarded(served, body, server_guard, history: list[dict], offered: list[dict], parallel: bool,
-             hearth=None) -> tuple[RequestGuard, object]:
-    """The request's guard (its extensions checked, its tools ranked) and tool plan; offered: its tools
-    (anthropic_tools) and parallel: whether calls may be parallel (_parallel), read before the load (they need no
-    model) and once: the reply and the stream use the same answer."""
-    guard = RequestGuard(hearth, server_guard, offered, history, body.tool_choice)
+def _guarded(served, body, ext: Extensions, history: list[dict], offered: list[dict],
+             parallel: bool) -> tuple[RequestGuard, object]:
+    """The request's guard (its tools ranked) and tool plan; ext: its extensions (request_extensions), offered: its
+    tools (anthropic_tools) and parallel: whether calls may be parallel (_parallel), read before the load (they need
+    no model) and once: the reply and the stream use the same answer."""
+    guard = RequestGuard(ext, offered, history, body.tool_choice)
     plan = plan_tools(served, guard.tools, body.tool_choice)
     guard.prompt_hint(plan, parallel)
     return guard, plan
@@ -88,7 +89,8 @@ async def count_tokens(body: CountTokensRequest, request: Request):
     reading, offered, parallel = _read(request.app.state.models, body), anthropic_tools(body.tools), _parallel(body)
     served = await request.app.state.models.get(body.model)
     history, images = reading.on(served)
-    guard, plan = _guarded(served, body, request.app.state.config.tool_guard, history, offered, parallel)  # as rendered
+    ext = Extensions(request.app.state.config.tool_guard)  # count_tokens takes no `hearth`
+    guard, plan = _guarded(served, body, ext, history, offered, parallel)  # the tools as rendered
     await served.load_images(images)  # each image counts its rows
     _, ids = _prompt(served, body, guard, plan, images)
     return {"input_tokens": len(ids)}
@@ -101,9 +103,10 @@ async def messages(body: MessagesRequest, request: Request):
     check_before_load(state.models, body.model, state.limits, {**common_fields(body), "max_tokens": body.max_tokens,
                       "stop": list(body.stop_sequences or [])}, {"stop": "stop_sequences", **body.llama_names()})
     reading, offered, parallel = _read(state.models, body), anthropic_tools(body.tools), _parallel(body)
+    ext = request_extensions(body.hearth, state.config.tool_guard, offered)
     served = await state.models.get(body.model)
     history, images = reading.on(served)
-    guard, plan = _guarded(served, body, state.config.tool_guard, history, offered, parallel, body.hearth)
+    guard, plan = _guarded(served, body, ext, history, offered, parallel)
     await served.load_images(images)
     text, ids = _prompt(served, body, guard, plan, images)
     fields = {**common_fields(body, served), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),

@@ -32,15 +32,23 @@ def answer_room(max_tokens: int | None, max_model_len: int) -> int:
     return max_tokens if max_tokens is not None else min(256, max_model_len // 8)
 
 
-class RequestGuard:
-    """One per request: its checked `hearth` extensions, its tools (ranked), its history (template
-    messages as sent) and the log of what was done before generation."""
+def request_extensions(raw, server_guard, tools: list[dict] | None, n: int = 1) -> Extensions:
+    """A request's `hearth` extensions checked against its tools (as offered) and n: they need no model, so a
+    route reads them before its model loads (a bad one is a 400 with nothing loaded) and hands them to its
+    RequestGuard."""
+    ext = parse_extensions(raw, server_guard, list(tool_parameters(tools or [])))
+    if ext.workflow is not None and n != 1:
+        raise APIError(400, f"hearth.workflow: needs n = 1, got {n}", param="hearth.workflow")
+    return ext
 
-    def __init__(self, raw, server_guard, tools: list[dict] | None, history: list[dict], tool_choice=None, n: int = 1):
+
+class RequestGuard:
+    """One per request: its checked `hearth` extensions (request_extensions), its tools (ranked), its history
+    (template messages as sent) and the log of what was done before generation."""
+
+    def __init__(self, ext: Extensions, tools: list[dict] | None, history: list[dict], tool_choice=None):
         tools = tools or []
-        self.ext: Extensions = parse_extensions(raw, server_guard, list(tool_parameters(tools)))
-        if self.ext.workflow is not None and n != 1:
-            raise APIError(400, f"hearth.workflow: needs n = 1, got {n}", param="hearth.workflow")
+        self.ext = ext
         self.log = GuardLog()
         self.history = history
         self.tools = self._rank(tools, tool_choice) if tools else None

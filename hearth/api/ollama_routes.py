@@ -24,7 +24,7 @@ from hearth.api.embeddings_only import refuse
 from hearth.api.errors import OLLAMA_OPTIONS, APIError
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.choices import PlainChoices
-from hearth.api.guard_extras import RequestGuard
+from hearth.api.guard_extras import RequestGuard, request_extensions
 from hearth.api.ignored_fields import note
 from hearth.api.infill import suffix_fim, suffix_prompt
 from hearth.api.media_parts import RequestImages
@@ -65,6 +65,7 @@ async def chat(body: ChatRequest, request: Request):
         _check_options(state, body)
         reading = read_before_load(state.models, body.model, lambda images: ollama_messages(body.messages, images))
         tools = openai_tools(body.tools)
+        ext = request_extensions(body.hearth, state.config.tool_guard, tools)
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)
@@ -72,7 +73,7 @@ async def chat(body: ChatRequest, request: Request):
         return _loaded({"model": name, "created_at": now(), "message": {"role": "assistant", "content": ""}})
     history, images = reading.on(served)
     await served.load_images(images)
-    guard = RequestGuard(body.hearth, state.config.tool_guard, tools, history)
+    guard = RequestGuard(ext, tools, history)
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
     template, prefill = think_kwargs(body.think, thinks(served)), _continued(history)

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
-from hearth.api.guard_extras import RequestGuard
+from hearth.api.guard_extras import RequestGuard, request_extensions
 from hearth.api.guided import guided
 from hearth.api.logprobs import chat_logprobs, prompt_logprobs
 from hearth.api.messages import openai_messages
@@ -54,10 +54,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     tools, tool_choice = (legacy_functions(body.functions, body.function_call) if legacy
                           else (body.tools, body.tool_choice))
     offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
+    ext = request_extensions(body.hearth, state.config.tool_guard, offered, body.n)
     served = await state.models.get(body.model)
     history, images = reading.on(served)
     await served.load_images(images)
-    guard = RequestGuard(body.hearth, state.config.tool_guard, offered, history, tool_choice, body.n)
+    guard = RequestGuard(ext, offered, history, tool_choice)
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
     parallel = body.parallel_tool_calls and not legacy
     guard.prompt_hint(plan, parallel)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
+from hearth.api.extensions import Extensions
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.logprobs import token_bytes
 from hearth.api.media_prompt import shown
@@ -96,7 +97,7 @@ def rendered_chat(served, body, server_guard, history: list[dict] | None = None,
     """(prompt text, ids) of body's `messages` (+ `tools`) as a chat request renders them (history, images:
     see conversation_ids)."""
     history = chat_history(body) if history is None else history
-    guard = RequestGuard(None, server_guard, openai_tools(body.tools), history)
+    guard = RequestGuard(Extensions(server_guard), openai_tools(body.tools), history)
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
 

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from hearth.api.choices import settle
 from hearth.api.errors import APIError, from_hearth_error
 from hearth.api.generate import until_disconnect
-from hearth.api.guard_extras import RequestGuard, answer_room
+from hearth.api.guard_extras import RequestGuard, answer_room, request_extensions
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.media_parts import RequestImages
 from hearth.api.read_before_load import read_before_load
@@ -72,11 +72,12 @@ async def create_response(body: ResponsesRequest, request: Request):
     choice = chat_tool_choice(body.tool_choice)  # the tools and format need no model either: read before it loads
     offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
     fmt = text_format(body.text)
+    ext = request_extensions(body.hearth, state.config.tool_guard, offered)
     served = await state.models.get(model)
     conversation, images = reading.on(served)
     await served.load_images(images)
     items = (prev.input_items + prev.body.get("output", []) if prev else []) + as_items(body.input)
-    guard = RequestGuard(body.hearth, state.config.tool_guard, offered, conversation, choice)
+    guard = RequestGuard(ext, offered, conversation, choice)
     plan = plan_tools(served, guard.tools, choice)
     guard.prompt_hint(plan, body.parallel_tool_calls)
     if plan.constraint is not None and fmt is not None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from hearth.api.choices import Update
 from hearth.api.errors import APIError
+from hearth.api.extensions import Extensions
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.tool_layer import ChoicesRequest, build_choices, check_fields
 from hearth.api.tools import ToolPlan, plan_tools
@@ -138,7 +139,7 @@ async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest, 
     rg = req.guard
     plan = plan_tools(small, rg.tools, probe_choice(ask.tool_choice))
     prompt, ids = render(small, plan)
-    guard = RequestGuard(None, replace(rg.ext.tool_guard, mode="guard", max_retries=PROBE_RETRIES), rg.tools,
+    guard = RequestGuard(Extensions(replace(rg.ext.tool_guard, mode="guard", max_retries=PROBE_RETRIES)), rg.tools,
                          rg.history)
     # within the small model's room too: its context may be shorter than the one the request was checked against
     cap = max(1, min(req.fields.get("max_tokens") or PROBE_MAX_TOKENS, PROBE_MAX_TOKENS, small.max_model_len - len(ids)))

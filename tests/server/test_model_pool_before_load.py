@@ -221,6 +221,16 @@ TOOLS = [  # (path, body, model, param): a bad tool definition or choice, which 
     ("/api/chat", {"messages": USER, "tools": [{"type": "custom", "name": "x"}]}, "b", "tools[0].type"),
 ]
 
+GUARD = [  # (path, body, model, param): a bad `hearth` extension (the tool guard's), which needs no model either
+    ("/v1/chat/completions", {"messages": USER, "hearth": {"tool_guard": "bogus"}}, "b", "hearth.tool_guard"),
+    ("/v1/chat/completions", {"messages": USER, "n": 2, "tools": [{"type": "function", "function": {"name": "f"}}],
+                              "hearth": {"workflow": {"required": ["f"]}}}, "b", "hearth.workflow"),
+    ("/v1/responses", {"input": "hi", "hearth": {"max_tools": 0}}, "b", "hearth.max_tools"),
+    ("/v1/messages", {"messages": USER, "max_tokens": 8, "hearth": {"workflow": {"required": ["f"]}}}, "b",
+     "hearth.workflow"),
+    ("/api/chat", {"messages": USER, "hearth": {"router_threshold": 2}}, "b", "hearth.router_threshold"),
+]
+
 
 PROJECTOR = SimpleNamespace(projector="gemma3")
 """What /v1/models reads of a VisionConfig (its mmproj's header)."""
@@ -235,11 +245,11 @@ def _vision_pool() -> tuple[ModelPool, FakeLoader]:
     return ModelPool([s.spec for s in pool.slots] + [v], loader, 1 << 30), loader
 
 
-@pytest.mark.parametrize("path,body,model,param", MESSAGES + TOOLS,
-                         ids=[f"{p}-{m}-{f}-{i}" for i, (p, _, m, f) in enumerate(MESSAGES + TOOLS)])
+@pytest.mark.parametrize("path,body,model,param", MESSAGES + TOOLS + GUARD,
+                         ids=[f"{p}-{m}-{f}-{i}" for i, (p, _, m, f) in enumerate(MESSAGES + TOOLS + GUARD)])
 def test_a_bad_conversation_is_refused_before_its_model_loads(serve, path, body, model, param):
     """The messages (roles, content parts, tool results without their call, images a model does not take or too
-    many of them) and the tools are read before the load, against what the pool knows of the model
+    many of them), the tools and the tool guard's `hearth` extension are read before the load, against what the pool knows of the model
     (hearth.api.model_spec.Known: its vision projector and --limit-mm-per-prompt); the loaded model's reading stays
     the ground truth."""
     pool, loader = _vision_pool()
