@@ -16,6 +16,7 @@ from hearth.api.choices import settle
 from hearth.api.extensions import Extensions
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard, request_extensions
+from hearth.api.guided import compiled
 from hearth.api.messages import _kind, bad, openai_messages
 from hearth.api.parsing import anthropic_stop
 from hearth.api.read_before_load import read_before_load
@@ -24,7 +25,6 @@ from hearth.api.sse import SSEResponse
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
 from hearth.api.tools import anthropic_tools, plan_tools, prompt_messages
-from hearth.sample.grammar import InvalidStructuredOutput, compile_grammar
 from hearth.sampling_params import StructuredOutput
 from hearth.tool_guard.routing import Ask
 from hearth.tool_parsers import collect
@@ -103,14 +103,14 @@ async def messages(body: MessagesRequest, request: Request):
     check_before_load(state.models, body.model, state.limits, {**common_fields(body), "max_tokens": body.max_tokens,
                       "stop": list(body.stop_sequences or [])}, {"stop": "stop_sequences", **body.llama_names()})
     reading, offered, parallel = _read(state.models, body), anthropic_tools(body.tools), _parallel(body)
-    ext = request_extensions(body.hearth, state.config.tool_guard, offered)
+    ext, fmt = request_extensions(body.hearth, state.config.tool_guard, offered), _format(body)
     served = await state.models.get(body.model)
     history, images = reading.on(served)
     guard, plan = _guarded(served, body, ext, history, offered, parallel)
     await served.load_images(images)
     text, ids = _prompt(served, body, guard, plan, images)
     fields = {**common_fields(body, served), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
-              "structured_output": _constraint(body, plan)}
+              "structured_output": _constraint(fmt, plan)}
     ask = Ask(guard.tools, body.tool_choice, history, structured=fields["structured_output"] is not plan.constraint,
               workflow=guard.ext.workflow is not None, prefill=bool(history) and history[-1]["role"] == "assistant")
     names = {"stop": "stop_sequences", **body.llama_names()}
@@ -133,7 +133,9 @@ def _check_thinking(body: MessagesRequest) -> None:
                        param="thinking.budget_tokens")
 
 
-def _constraint(body: MessagesRequest, plan) -> StructuredOutput | None:
+def _format(body: MessagesRequest) -> tuple[StructuredOutput | None, str]:
+    """(the output format's constraint, compiled, and the field it came in): it needs no model, so it is read
+    before the load (a bad schema names its field)."""
     fmt, field = body.output_config.format if body.output_config else None, "output_config.format"
     if body.output_format is not None:  # the beta's spelling: it was ignored, and the answer ran free
         if fmt is not None:
@@ -141,14 +143,17 @@ def _constraint(body: MessagesRequest, plan) -> StructuredOutput | None:
                            param="output_format")
         fmt, field = body.output_format, "output_format"
     if fmt is None:
+        return None, field
+    return compiled(StructuredOutput(json_schema=fmt.schema_), f"{field}.schema"), field
+
+
+def _constraint(fmt: tuple[StructuredOutput | None, str], plan) -> StructuredOutput | None:
+    """fmt: _format's; the plan's forced call is the constraint where there is no format."""
+    so, field = fmt
+    if so is None:
         return plan.constraint
     if plan.constraint is not None:
         raise APIError(400, f"{field}: cannot be combined with a tool_choice that forces a call", param=field)
-    so = StructuredOutput(json_schema=fmt.schema_)
-    try:
-        compile_grammar(so)  # a bad schema names the field it came in
-    except InvalidStructuredOutput as e:
-        raise APIError(400, f"{field}.schema: {e}", param=f"{field}.schema") from None
     return so
 
 

@@ -43,9 +43,21 @@ def _given(body) -> list[tuple[str, str, Any]]:
     return given
 
 
+def compiled(so: StructuredOutput | None, field: str) -> StructuredOutput | None:
+    """so, its grammar compiled (hearth.sample.grammar: no tokenizer needed, so a route checks it before its model
+    loads; the engine's own compile then finds it kept), or a 400 naming `field`, the one it came in."""
+    if so is not None:
+        try:
+            compile_grammar(so)
+        except InvalidStructuredOutput as e:
+            raise APIError(400, f"{field}: {e}", param=field) from None
+    return so
+
+
 def guided(body, others: dict[str, StructuredOutput | None]) -> StructuredOutput | None:
     """The constraint of the body's vLLM fields, or the one of `others` ({field: constraint}:
-    response_format, a tool_choice that forces a call); two constraints are a 400 naming the second."""
+    response_format, a tool_choice that forces a call); two constraints are a 400 naming the second. Needs no
+    model: a route runs it before the load with the formats it has then (and again with a forced call's)."""
     fields = [(f, so) for f, so in others.items() if so is not None]
     for field, kind, value in _given(body):
         try:

@@ -25,6 +25,7 @@ from hearth.api.errors import OLLAMA_OPTIONS, APIError
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.choices import PlainChoices
 from hearth.api.guard_extras import RequestGuard, request_extensions
+from hearth.api.guided import compiled
 from hearth.api.ignored_fields import note
 from hearth.api.infill import suffix_fim, suffix_prompt
 from hearth.api.media_parts import RequestImages
@@ -65,6 +66,7 @@ async def chat(body: ChatRequest, request: Request):
         _check_options(state, body)
         reading = read_before_load(state.models, body.model, lambda images: ollama_messages(body.messages, images))
         tools = openai_tools(body.tools)
+        constraint = compiled(structured_output(body.format), "format")
         ext = request_extensions(body.hearth, state.config.tool_guard, tools)
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
@@ -90,7 +92,6 @@ async def chat(body: ChatRequest, request: Request):
 
     text, ids = fit(history)
     fields = within_context(fields, len(ids), served.max_model_len)
-    constraint = structured_output(body.format)
     fields["structured_output"] = constraint or plan.constraint
     ask = Ask(guard.tools, None, history, token_level=k is not None, structured=constraint is not None,
               workflow=guard.ext.workflow is not None, prefill=prefill)
@@ -141,6 +142,7 @@ async def generate(body: GenerateRequest, request: Request):
     if body.prompt or body.suffix:
         _check_options(state, body)
         reading = read_before_load(state.models, body.model, lambda images: _generate_images(body.images, images))
+        constraint = compiled(structured_output(body.format), "format")
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)
@@ -151,7 +153,7 @@ async def generate(body: GenerateRequest, request: Request):
     text, ids, context = _generate_prompt(served, body, images, marks)
     options = sampling_fields(body.options, served.max_model_len, state.limits.defaults)
     fields = {**within_context(options, len(ids), served.max_model_len),
-              "structured_output": structured_output(body.format), "logprobs": k, "lora": _lora(body, served)}
+              "structured_output": constraint, "logprobs": k, "lora": _lora(body, served)}
     params = make_params(fields, state.limits, served.max_model_len, FIELD_NAMES, len(ids))
     gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
     templated = not _plain(served, body) and not body.suffix  # a raw or FIM answer is plain text: nothing to parse

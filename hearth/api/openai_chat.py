@@ -15,7 +15,7 @@ from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard, request_extensions
-from hearth.api.guided import guided
+from hearth.api.guided import compiled, guided
 from hearth.api.logprobs import chat_logprobs, prompt_logprobs
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
@@ -55,6 +55,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                           else (body.tools, body.tool_choice))
     offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
     ext = request_extensions(body.hearth, state.config.tool_guard, offered, body.n)
+    fmt = compiled(response_format(body.response_format), "response_format.json_schema.schema")
+    guided(body, {"response_format": fmt})  # the constraints need no model: checked before it loads
     served = await state.models.get(body.model)
     history, images = reading.on(served)
     await served.load_images(images)
@@ -64,7 +66,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     guard.prompt_hint(plan, parallel)
     prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body, images), history, served.max_model_len,
                             max_tokens, served.model_context)
-    fields = _sampling_fields(body, plan, served)
+    fields = _sampling_fields(body, plan, served, fmt)
     ask = Ask(guard.tools, tool_choice, history, body.n,
               token_level=bool(body.logprobs or body.logit_bias or body.stop_token_ids
                                or fields["prompt_logprobs"] is not None),  # the main model's, not the router's
@@ -108,7 +110,8 @@ def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, co
     return reprompt_ids(served, text, max_tokens, ids)
 
 
-def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
+def _sampling_fields(body: ChatCompletionRequest, plan, served, fmt) -> dict:
+    """fmt: response_format's constraint (read before the load)."""
     k = check_logprobs("top_logprobs", body.top_logprobs, served)
     return {**common_fields(body, served), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
@@ -118,8 +121,7 @@ def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
             "prompt_logprobs": asked_prompt_logprobs(body, served),
             "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,
             "include_stop_str_in_output": body.include_stop_str_in_output,
-            "structured_output": guided(body, {"tool_choice": plan.constraint,
-                                               "response_format": response_format(body.response_format)})}
+            "structured_output": guided(body, {"tool_choice": plan.constraint, "response_format": fmt})}
 
 
 def _tool_call(call, index: int | None = None) -> dict:

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
-from hearth.api.guided import guided
+from hearth.api.guided import compiled, guided
 from hearth.api.infill import has_fim, suffix_fim, suffix_prompt
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
@@ -47,6 +47,9 @@ async def completions(body: CompletionRequest, request: Request):
     limit = body.max_tokens if "max_tokens" in body.model_fields_set and not scoring else None
     check_before_load(state.models, body.model, state.limits, {**common_fields(body), "n": body.n, "max_tokens": limit,
                       "stop": stop_list(body.stop)}, body.llama_names())
+    # the constraint needs no model either: compiled before it loads
+    constraint = guided(body, {"response_format": compiled(response_format(body.response_format),
+                                                           "response_format.json_schema.schema")})
     served = await state.models.get(body.model)
     texts, prompts = _prompts(served, body.prompt, body.suffix)
     k = check_logprobs("logprobs", body.logprobs, served)
@@ -65,7 +68,7 @@ async def completions(body: CompletionRequest, request: Request):
         "logprobs": k, "prompt_logprobs": engine_k,
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
-        "structured_output": guided(body, {"response_format": response_format(body.response_format)})},
+        "structured_output": constraint},
         state.limits, served.max_model_len, body.llama_names(), prompt_tokens=longest)
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name), prompt_only=scoring)
     reply = _Reply(served, gen, (texts, prompts) if body.echo else None, k, (prompts, asked), served.answer_name(body.model))

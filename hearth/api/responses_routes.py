@@ -19,6 +19,7 @@ from hearth.api.choices import settle
 from hearth.api.errors import APIError, from_hearth_error
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard, answer_room, request_extensions
+from hearth.api.guided import compiled
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.media_parts import RequestImages
 from hearth.api.read_before_load import read_before_load
@@ -71,7 +72,7 @@ async def create_response(body: ResponsesRequest, request: Request):
                                else RequestImages(vision))
     choice = chat_tool_choice(body.tool_choice)  # the tools and format need no model either: read before it loads
     offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
-    fmt = text_format(body.text)
+    fmt = compiled(text_format(body.text), "text.format.schema")
     ext = request_extensions(body.hearth, state.config.tool_guard, offered)
     served = await state.models.get(model)
     conversation, images = reading.on(served)

@@ -231,6 +231,31 @@ GUARD = [  # (path, body, model, param): a bad `hearth` extension (the tool guar
     ("/api/chat", {"messages": USER, "hearth": {"router_threshold": 2}}, "b", "hearth.router_threshold"),
 ]
 
+BAD_SCHEMA = {"type": "bogus"}  # llguidance's "Invalid type": a schema's own fault, found without the model's tokenizer
+SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "x", "schema": BAD_SCHEMA}}
+STRUCTURED = [  # (path, body, model, param): structured output that does not compile (hearth.sample.grammar)
+    ("/v1/chat/completions", {"messages": USER, "response_format": SCHEMA_FORMAT}, "b",
+     "response_format.json_schema.schema"),
+    ("/v1/chat/completions", {"messages": USER, "guided_json": BAD_SCHEMA}, "b", "guided_json"),
+    ("/v1/chat/completions", {"messages": USER, "guided_regex": "("}, "b", "guided_regex"),
+    ("/v1/chat/completions", {"messages": USER, "response_format": {"type": "json_object"}, "guided_json": {}}, "b",
+     "guided_json"),
+    ("/v1/completions", {"prompt": "hi", "response_format": SCHEMA_FORMAT}, "b", "response_format.json_schema.schema"),
+    ("/v1/completions", {"prompt": "hi", "structured_outputs": {"grammar": "root ::= nope"}}, "b",
+     "structured_outputs.grammar"),
+    ("/v1/responses", {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": BAD_SCHEMA}}},
+     "b", "text.format.schema"),
+    ("/v1/messages", {"messages": USER, "max_tokens": 8,
+                      "output_config": {"format": {"type": "json_schema", "schema": BAD_SCHEMA}}}, "b",
+     "output_config.format.schema"),
+    ("/v1/messages", {"messages": USER, "max_tokens": 8, "output_format": {"type": "json_schema",
+                                                                           "schema": BAD_SCHEMA}}, "b",
+     "output_format.schema"),
+    ("/api/chat", {"messages": USER, "format": BAD_SCHEMA}, "b", "format"),
+    ("/api/generate", {"prompt": "hi", "format": BAD_SCHEMA}, "b", "format"),
+    ("/completion", {"prompt": "hi", "json_schema": BAD_SCHEMA}, "b", "json_schema"),
+]
+
 
 PROJECTOR = SimpleNamespace(projector="gemma3")
 """What /v1/models reads of a VisionConfig (its mmproj's header)."""
@@ -245,11 +270,12 @@ def _vision_pool() -> tuple[ModelPool, FakeLoader]:
     return ModelPool([s.spec for s in pool.slots] + [v], loader, 1 << 30), loader
 
 
-@pytest.mark.parametrize("path,body,model,param", MESSAGES + TOOLS + GUARD,
-                         ids=[f"{p}-{m}-{f}-{i}" for i, (p, _, m, f) in enumerate(MESSAGES + TOOLS + GUARD)])
+@pytest.mark.parametrize("path,body,model,param", MESSAGES + TOOLS + GUARD + STRUCTURED,
+                         ids=[f"{p}-{m}-{f}-{i}" for i, (p, _, m, f) in enumerate(MESSAGES + TOOLS + GUARD + STRUCTURED)])
 def test_a_bad_conversation_is_refused_before_its_model_loads(serve, path, body, model, param):
     """The messages (roles, content parts, tool results without their call, images a model does not take or too
-    many of them), the tools and the tool guard's `hearth` extension are read before the load, against what the pool knows of the model
+    many of them), the tools, the tool guard's `hearth` extension and structured output's schema or grammar (which
+    compiles without the model's tokenizer) are read before the load, against what the pool knows of the model
     (hearth.api.model_spec.Known: its vision projector and --limit-mm-per-prompt); the loaded model's reading stays
     the ground truth."""
     pool, loader = _vision_pool()
