@@ -270,8 +270,11 @@ def _vision_pool() -> tuple[ModelPool, FakeLoader]:
     return ModelPool([s.spec for s in pool.slots] + [v], loader, 1 << 30), loader
 
 
-@pytest.mark.parametrize("path,body,model,param", MESSAGES + TOOLS + GUARD + STRUCTURED,
-                         ids=[f"{p}-{m}-{f}-{i}" for i, (p, _, m, f) in enumerate(MESSAGES + TOOLS + GUARD + STRUCTURED)])
+BEFORE_LOAD = MESSAGES + TOOLS + GUARD + STRUCTURED
+
+
+@pytest.mark.parametrize("path,body,model,param", BEFORE_LOAD,
+                         ids=[f"{p}-{m}-{f}-{i}" for i, (p, _, m, f) in enumerate(BEFORE_LOAD)])
 def test_a_bad_conversation_is_refused_before_its_model_loads(serve, path, body, model, param):
     """The messages (roles, content parts, tool results without their call, images a model does not take or too
     many of them), the tools, the tool guard's `hearth` extension and structured output's schema or grammar (which
@@ -316,3 +319,13 @@ def test_slots_on_a_server_without_a_disk_tier_are_refused_before_the_model_load
     r = client.post(path, json={**body, "model": "b"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "kv_disk_disabled", r.text
     assert loader.loads == []
+
+
+def test_structured_output_that_compiles_still_loads_and_answers(serve):
+    """The check before the load refuses only what does not compile: a good schema loads the model as before."""
+    pool, loader = _pool()
+    client = serve(pool)
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    r = client.post("/v1/chat/completions", json={"model": "b", "messages": USER, "response_format": fmt})
+    assert r.status_code == 200, r.text
+    assert loader.loads == ["b"]

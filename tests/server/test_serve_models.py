@@ -80,6 +80,12 @@ def test_one_model_is_pinned_with_no_budget(tiny):
     assert (named.names, named.file_names) == (["t", "t2"], [str(tiny), "tiny-llama-q8", tiny.name])
 
 
+def test_a_spec_knows_whether_its_server_has_a_disk_tier(tiny, tmp_path):
+    """--kv-disk-dir is the server's flag: /slots/save and /slots/restore without it are a 400 before the load."""
+    assert build_pool(serve_args(str(tiny))).slots[0].spec.kv_disk is False
+    assert build_pool(serve_args(str(tiny), "--kv-disk-dir", str(tmp_path))).slots[0].spec.kv_disk is True
+
+
 @pytest.mark.parametrize("arch,kv,blocks,gb", [
     ("llama", "auto", 0, 2.0), ("llama", "q8_0", 0, 2.0), ("llama", "kvarn_k4v2", 0, 2.0),
     ("llama", "auto", 0, 0.0002), ("llama", "q8_0", 0, 0.0001),  # the memory bound caps the blocks and the context
