@@ -15,7 +15,7 @@ from hearth.api.errors import APIError
 from hearth.api.choices import settle
 from hearth.api.extensions import Extensions
 from hearth.api.generate import until_disconnect
-from hearth.api.guard_extras import RequestGuard, request_extensions
+from hearth.api.guard_extras import RequestGuard
 from hearth.api.guided import compiled
 from hearth.api.messages import _kind, bad, openai_messages
 from hearth.api.parsing import anthropic_stop
@@ -23,7 +23,7 @@ from hearth.api.read_before_load import read_before_load
 from hearth.api.sampling import check_before_load, common_fields
 from hearth.api.sse import SSEResponse
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
-from hearth.api.tool_router import routed_choices
+from hearth.api.tool_router import extensions_before_load, routed_choices
 from hearth.api.tools import anthropic_tools, plan_tools, prompt_messages
 from hearth.sampling_params import StructuredOutput
 from hearth.tool_guard.routing import Ask
@@ -39,7 +39,7 @@ def _read(pool, body):
 
 def _guarded(served, body, ext: Extensions, history: list[dict], offered: list[dict],
              parallel: bool) -> tuple[RequestGuard, object]:
-    """The request's guard (its tools ranked) and tool plan; ext: its extensions (request_extensions), offered: its
+    """The request's guard (its tools ranked) and tool plan; ext: its extensions (extensions_before_load), offered: its
     tools (anthropic_tools) and parallel: whether calls may be parallel (_parallel), read before the load (they need
     no model) and once: the reply and the stream use the same answer."""
     guard = RequestGuard(ext, offered, history, body.tool_choice)
@@ -103,7 +103,7 @@ async def messages(body: MessagesRequest, request: Request):
     check_before_load(state.models, body.model, state.limits, {**common_fields(body), "max_tokens": body.max_tokens,
                       "stop": list(body.stop_sequences or [])}, {"stop": "stop_sequences", **body.llama_names()})
     reading, offered, parallel = _read(state.models, body), anthropic_tools(body.tools), _parallel(body)
-    ext, fmt = request_extensions(body.hearth, state.config.tool_guard, offered), _format(body)
+    ext, fmt = extensions_before_load(state, body.model, body.hearth, offered), _format(body)
     served = await state.models.get(body.model)
     history, images = reading.on(served)
     guard, plan = _guarded(served, body, ext, history, offered, parallel)

@@ -24,7 +24,7 @@ from hearth.api.embeddings_only import refuse
 from hearth.api.errors import OLLAMA_OPTIONS, APIError
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.choices import PlainChoices
-from hearth.api.guard_extras import RequestGuard, request_extensions
+from hearth.api.guard_extras import RequestGuard
 from hearth.api.guided import compiled
 from hearth.api.ignored_fields import note
 from hearth.api.infill import suffix_fim, suffix_prompt
@@ -42,7 +42,7 @@ from hearth.api.read_before_load import read_before_load
 from hearth.api.sampling import check_before_load, lora_scales, make_params, token_ids
 from hearth.api.sse import SSEResponse
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
-from hearth.api.tool_router import routed_choices
+from hearth.api.tool_router import extensions_before_load, routed_choices
 from hearth.api.tools import ToolPlan, openai_tools, plan_tools, prompt_messages
 from hearth.tool_guard.routing import Ask
 from hearth.tool_parsers import OutputParser
@@ -67,7 +67,7 @@ async def chat(body: ChatRequest, request: Request):
         reading = read_before_load(state.models, body.model, lambda images: ollama_messages(body.messages, images))
         tools = openai_tools(body.tools)
         constraint = compiled(structured_output(body.format), "format")
-        ext = request_extensions(body.hearth, state.config.tool_guard, tools)
+        ext = extensions_before_load(state, body.model, body.hearth, tools)
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)

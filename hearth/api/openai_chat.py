@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
-from hearth.api.guard_extras import RequestGuard, request_extensions
+from hearth.api.guard_extras import RequestGuard
 from hearth.api.guided import compiled, guided
 from hearth.api.logprobs import chat_logprobs, prompt_logprobs
 from hearth.api.messages import openai_messages
@@ -26,7 +26,7 @@ from hearth.api.sampling import check_logprobs, common_fields, logit_bias, respo
 from hearth.api.sampling import asked_prompt_logprobs, check_before_load
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
-from hearth.api.tool_router import routed_choices
+from hearth.api.tool_router import extensions_before_load, routed_choices
 from hearth.api.tools import legacy_functions, openai_tools, plan_tools, prompt_messages
 from hearth.api.typed_options import effort_kwargs
 from hearth.errors import HearthError
@@ -54,7 +54,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     tools, tool_choice = (legacy_functions(body.functions, body.function_call) if legacy
                           else (body.tools, body.tool_choice))
     offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
-    ext = request_extensions(body.hearth, state.config.tool_guard, offered, body.n)
+    ext = extensions_before_load(state, body.model, body.hearth, offered, body.n)
     fmt = compiled(response_format(body.response_format), "response_format.json_schema.schema")
     guided(body, {"response_format": fmt})  # the constraints need no model: checked before it loads
     served = await state.models.get(body.model)

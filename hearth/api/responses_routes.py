@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from hearth.api.choices import settle
 from hearth.api.errors import APIError, from_hearth_error
 from hearth.api.generate import until_disconnect
-from hearth.api.guard_extras import RequestGuard, answer_room, request_extensions
+from hearth.api.guard_extras import RequestGuard, answer_room
 from hearth.api.guided import compiled
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.media_parts import RequestImages
@@ -35,7 +35,7 @@ from hearth.api.responses_store import StoredResponse, items_page
 from hearth.api.sampling import check_before_load, check_logprobs, common_fields
 from hearth.api.sse import SSEResponse, named_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
-from hearth.api.tool_router import routed_choices
+from hearth.api.tool_router import extensions_before_load, routed_choices
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
 from hearth.api.typed_options import effort_kwargs
 from hearth.errors import HearthError
@@ -73,7 +73,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     choice = chat_tool_choice(body.tool_choice)  # the tools and format need no model either: read before it loads
     offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
     fmt = compiled(text_format(body.text), "text.format.schema")
-    ext = request_extensions(body.hearth, state.config.tool_guard, offered)
+    ext = extensions_before_load(state, model, body.hearth, offered)
     served = await state.models.get(model)
     conversation, images = reading.on(served)
     await served.load_images(images)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from hearth.api.choices import Update
 from hearth.api.errors import APIError
 from hearth.api.extensions import Extensions
-from hearth.api.guard_extras import RequestGuard
+from hearth.api.guard_extras import RequestGuard, request_extensions
 from hearth.api.tool_layer import ChoicesRequest, build_choices, check_fields
 from hearth.api.tools import ToolPlan, plan_tools
 from hearth.errors import HearthError
@@ -57,6 +57,14 @@ async def routed_choices(state, model_field: str | None, ask: Ask, render: Rende
         return source, None
     source, client_k = build_choices(state, req)
     return (source if report is None else WithRouter(source, report.as_dict())), client_k
+
+
+def extensions_before_load(state, model_field: str | None, raw, tools: list[dict] | None, n: int = 1) -> Extensions:
+    """The request's `hearth` extensions (request_extensions), a router it names among this pool's models: none
+    needs the model, so a route reads them before its load (routed_choices reads the router again after it)."""
+    ext = request_extensions(raw, state.config.tool_guard, tools, n)
+    router_config(state, model_field, ext)
+    return ext
 
 
 def router_config(state, model_field: str | None, ext) -> RouterConfig | None:

@@ -229,6 +229,10 @@ GUARD = [  # (path, body, model, param): a bad `hearth` extension (the tool guar
     ("/v1/messages", {"messages": USER, "max_tokens": 8, "hearth": {"workflow": {"required": ["f"]}}}, "b",
      "hearth.workflow"),
     ("/api/chat", {"messages": USER, "hearth": {"router_threshold": 2}}, "b", "hearth.router_threshold"),
+    ("/v1/chat/completions", {"messages": USER, "hearth": {"router": "nope"}}, "b", "hearth.router"),
+    ("/v1/responses", {"input": "hi", "hearth": {"router": "nope"}}, "b", "hearth.router"),
+    ("/v1/messages", {"messages": USER, "max_tokens": 8, "hearth": {"router": "nope"}}, "b", "hearth.router"),
+    ("/api/chat", {"messages": USER, "hearth": {"router": "nope"}}, "b", "hearth.router"),
 ]
 
 BAD_SCHEMA = {"type": "bogus"}  # llguidance's "Invalid type": a schema's own fault, found without the model's tokenizer
