@@ -56,8 +56,7 @@ instead of the machine's network address: a local instance's processes then talk
 AUTH_MODE = "RAY_AUTH_MODE"
 """Set to `token` before Ray is imported, a driver joining a head sends the token `ray start` wrote
 to ~/.ray/auth_token (Ray's token authentication is on by default since 2.5x; a head without it
-accepts the token too). Unset, joining a `ray start` head fails with "Failed to connect", and a local
-instance, token-authenticated all the same, says so in a WARNING line on every start."""
+accepts the token too). Unset, joining a `ray start` head fails with "Failed to connect"."""
 
 
 INSTALL_RAY = "pip install -c constraints.txt '.[cluster]' in hearth's checkout"
@@ -69,11 +68,7 @@ def import_ray(local: bool | None = None):
     process joins a head (with its token); None: Ray is already set up. Both settings are read when
     Ray is imported."""
     if local is not None:
-        # joining: the head's token is sent; local: Ray's own default, set here so that Ray does not
-        # print "Token authentication is enabled for this Ray cluster" on every start
-        os.environ.setdefault(AUTH_MODE, "token")
-        if local:
-            os.environ.setdefault(LOOPBACK_ONLY, "0")
+        os.environ.setdefault(*((LOOPBACK_ONLY, "0") if local else (AUTH_MODE, "token")))
     try:
         import ray
     except ImportError:
