@@ -37,8 +37,9 @@ def _line(out: str, head: str) -> str:
 
 
 def test_doctor_names_the_tier_the_flags_the_memory_and_the_models(tmp_path):
-    out = _doctor(tmp_path, HEARTH_CPU_TIER="torch")
+    out = _doctor(tmp_path, HEARTH_CPU_TIER="torch", HEARTH_HUGE_PAGES="0")
     assert _line(out, "tier ").startswith("tier      torch (forced by the environment")
+    assert _line(out, "weights ") == "weights   the C++ kernels stream them from the file mapping (HEARTH_HUGE_PAGES=0)"
     assert "kernels   not loaded" in out
     flags = tiers.cpu_flags()
     found = _line(out, "flags ").split("(missing")[0].split()[1:]

@@ -12,13 +12,15 @@ import torch
 from torch import nn
 
 from hearth.kernels import native
+from hearth.layers.huge_pages import in_huge_pages
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
 
 
 def _raw(t: GGUFTensor) -> tuple[torch.Tensor, int]:
-    """A stacked [n_expert, rows, K] tensor as uint8 [n_expert * rows, row_bytes] (a view of the file)."""
-    return as_bytes(t.data, t.qtype), int(t.qtype)
+    """A stacked [n_expert, rows, K] tensor as uint8 [n_expert * rows, row_bytes] (in 2 MB pages, or a view of
+    the file)."""
+    return in_huge_pages(as_bytes(t.data, t.qtype), t.data), int(t.qtype)
 
 
 class NativeExperts(nn.Module):

@@ -1,5 +1,6 @@
 """The CPU backend's linear part: every GGUF block type computed by the C++ kernels
-(hearth.kernels.native) on the blocks in place, read from the memmapped file; no copy of the weights.
+(hearth.kernels.native) on the blocks as the file has them, copied into 2 MB pages (hearth.layers.huge_pages)
+or read in place from the memmapped file.
 
 For few rows (decode) an integer dot product against 8-bit activations with a scale per 16 values
 (ggml's scheme; llama.cpp: per 32); from `native_gemm_min_rows` rows on, bf16 tiles expanded from the
@@ -16,6 +17,7 @@ from torch import nn
 
 from hearth.formats.weights import WEIGHT_FORMATS
 from hearth.kernels import native, tiers
+from hearth.layers.huge_pages import in_huge_pages
 from hearth.layers.linear import BUILDERS, TORCH_PATHS, Builder, LinearPolicy, QuantLinear, build_linear
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
@@ -32,7 +34,7 @@ class NativePart(nn.Module):
     def __init__(self, ts: list[GGUFTensor], policy: LinearPolicy):
         super().__init__()
         self.in_dtype = getattr(torch, tiers.selected().dense_dtype)
-        self.raws = [(as_bytes(t.data, t.qtype), t.qtype) for t in ts]  # views of the memmap
+        self.raws = [(in_huge_pages(as_bytes(t.data, t.qtype), t.data), t.qtype) for t in ts]
         self.starts = [sum(t.shape[0] for t in ts[:i]) for i in range(len(ts))]
         self.k = ts[0].shape[1]
         self.mm = native.NativeMatmul(self.raws, self.k, policy.native_gemm_min_rows)

@@ -19,11 +19,12 @@ from hearth.backends import cuda_missing
 from hearth.commands.models import _catalog_row, _hub_rows, format_table, human_size
 from hearth.errors import HearthError
 from hearth.kernels import native, tiers
+from hearth.layers import huge_pages
 from hearth.loader.catalog import CATALOG
 from hearth.loader.store import hearth_home
 from hearth.memory.this_machine import CACHE, cpu_name, system_memory, this_device
 
-ENV = ("HEARTH_HOME", "HEARTH_CPU_TIER", "HEARTH_NATIVE", "HEARTH_EXACT_LINEAR", "OMP_NUM_THREADS",
+ENV = ("HEARTH_HOME", "HEARTH_CPU_TIER", "HEARTH_NATIVE", "HEARTH_EXACT_LINEAR", "HEARTH_HUGE_PAGES", "OMP_NUM_THREADS",
        "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "CXX")
 """Variables that change what hearth runs."""
 
@@ -46,6 +47,7 @@ def report(remeasure: bool = False) -> str:
     lines += _tier_lines()
     lines.append(_gpu_line())
     lines.append(_memory_line(home, remeasure))
+    lines.append(f"weights   the C++ kernels stream them from {huge_pages.mode()}")
     env = [f"{k}={os.environ[k]}" + (" (hearth's default)" if k == "GOMP_SPINCOUNT" and openmp.set_by_hearth() else "")
            for k in ENV if k in os.environ]
     lines.append(f"env       {' '.join(env) or 'none of ' + ', '.join(ENV)}")

@@ -123,7 +123,8 @@ PEER_VALUES: dict[str, PeerFlag] = {
     **dict.fromkeys(["-fa", "--flash-attn"], PeerFlag(_ON_OFF, _ignored(
         "llama.cpp's flash attention: hearth's attention is always computed in blocks with an online softmax"))),
     **dict.fromkeys(["--mlock", "--no-mmap"], PeerFlag("none", _ignored(
-        "llama.cpp's: hearth reads the GGUF's weights in place from its memory map"))),
+        "llama.cpp's: hearth reads the weights its C++ kernels stream into 2 MB pages where the kernel has "
+        "transparent huge pages (HEARTH_HUGE_PAGES=0 reads them in place from the GGUF's memory map)"))),
     **dict.fromkeys(["-cb", "--cont-batching"], PeerFlag("none", _ignored(
         "llama.cpp's continuous batching: hearth always batches continuously"))),
     **dict.fromkeys(["-ub", "--ubatch-size"], PeerFlag("one", _ignored(
