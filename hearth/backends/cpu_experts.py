@@ -7,20 +7,20 @@ rows grouped by expert with one matmul per expert's rows (the GEMV, batch or pre
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 from torch import nn
 
 from hearth.kernels import native
-from hearth.layers.huge_pages import in_huge_pages
+from hearth.layers import huge_pages
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
 
 
 def _raw(t: GGUFTensor) -> tuple[torch.Tensor, int]:
-    """A stacked [n_expert, rows, K] tensor as uint8 [n_expert * rows, row_bytes] (in 2 MB pages, or a view of
-    the file)."""
-    return in_huge_pages(as_bytes(t.data, t.qtype), t.data), int(t.qtype)
+    """A stacked [n_expert, rows, K] tensor as uint8 [n_expert * rows, row_bytes] (a view of the file)."""
+    return as_bytes(t.data, t.qtype), int(t.qtype)
 
 
 class NativeExperts(nn.Module):
@@ -35,6 +35,9 @@ class NativeExperts(nn.Module):
         # gate | up: [n_expert * expert_ffn, hidden] twice; down: [n_expert * hidden, expert_ffn]
         self.gate_up = native.NativeMatmul([_raw(gate), _raw(up)], gate.shape[2], gemm_min_rows, so)
         self.down = native.NativeMatmul([_raw(down)], down.shape[2], gemm_min_rows, so)
+        for mm, ts in ((self.gate_up, (gate, up)), (self.down, (down,))):
+            for i, t in enumerate(ts):
+                huge_pages.move(mm.weights[i], t.data, functools.partial(mm.rebase, i))
 
     @property
     def weight_bytes(self) -> int:

@@ -11,13 +11,15 @@ docs/performance.md). Types the kernels do not read keep their torch path (heart
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from gguf import GGMLQuantizationType as Q
 from torch import nn
 
 from hearth.formats.weights import WEIGHT_FORMATS
 from hearth.kernels import native, tiers
-from hearth.layers.huge_pages import in_huge_pages
+from hearth.layers import huge_pages
 from hearth.layers.linear import BUILDERS, TORCH_PATHS, Builder, LinearPolicy, QuantLinear, build_linear
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
@@ -34,12 +36,18 @@ class NativePart(nn.Module):
     def __init__(self, ts: list[GGUFTensor], policy: LinearPolicy):
         super().__init__()
         self.in_dtype = getattr(torch, tiers.selected().dense_dtype)
-        self.raws = [(in_huge_pages(as_bytes(t.data, t.qtype), t.data), t.qtype) for t in ts]
+        self.raws = [(as_bytes(t.data, t.qtype), t.qtype) for t in ts]  # views of the memmap, then moved
         self.starts = [sum(t.shape[0] for t in ts[:i]) for i in range(len(ts))]
         self.k = ts[0].shape[1]
         self.mm = native.NativeMatmul(self.raws, self.k, policy.native_gemm_min_rows)
         self.out_features = self.mm.n
         self.gemm_min_rows, self.chunk = policy.native_gemm_min_rows, policy.gemm_chunk_rows
+        for i, ((raw, _), t) in enumerate(zip(self.raws, ts)):
+            huge_pages.move(raw, t.data, functools.partial(self._moved, i))
+
+    def _moved(self, i: int, w: torch.Tensor) -> None:
+        self.raws[i] = (w, self.raws[i][1])
+        self.mm.rebase(i, w)
 
     @property
     def weight_bytes(self) -> int:

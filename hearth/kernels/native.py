@@ -42,7 +42,7 @@ CSRC = Path(__file__).parent / "csrc"
 COMMON = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-ffp-contract=off", "-w")
 
 CAPABILITIES: dict[str, tuple[str, ...]] = {
-    "linear": ("hk_plan_new", "hk_plan_free", "hk_linear", "hk_dequant_rows", "hk_dequant_bf16"),
+    "linear": ("hk_plan_new", "hk_plan_free", "hk_plan_rebase", "hk_linear", "hk_dequant_rows", "hk_dequant_bf16"),
     "fused_ops": ("hk_linear_residual", "hk_mlp", "hk_qk_rope"),
     "paged_attention": ("hk_paged_attention", "hk_kv_write", "hk_set_row_groups"),
     "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward", "hk_stack_forward", "hk_layer_qk_whole"),
@@ -88,7 +88,7 @@ its GEMV then takes vdotq_s32; without them it is built for baseline aarch64 (pl
 NEON_LIBRARY = Library("gguf_kernels_neon.cpp",
                        NEON_DOTPROD if tiers.machine() == "aarch64" and "asimddp" in tiers.cpu_flags() else (),
                        DECODE_CAPABILITIES, "neon")
-ABI_VERSION = 17
+ABI_VERSION = 18
 """What every library's hk_abi_version() returns: the entry points' signatures (_declare, fused_layer)
 are shared, so one number, bumped for a change to any of them, covers every library."""
 LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY, "neon": NEON_LIBRARY}
@@ -311,6 +311,7 @@ SIGNATURES = {  # name: (restype, argtypes)
     "hk_neon_dotprod": (_int, []),
     "hk_plan_new": (_p, [_int, _p, _p, _p, _p, _i64, _i64]),
     "hk_plan_free": (None, [_p]),
+    "hk_plan_rebase": (None, [_p, _int, _p]),
     "hk_linear": (None, [_p, _p, _int, _i64, _i64, _p, _f32, _p, _p, _i64]),
     "hk_linear_residual": (None, [_p, _p, _i64, _i64, _p, _f32, _p, _i64]),
     "hk_mlp": (None, [_p, _p, _int, _p, _i64, _i64, _p, _f32, _p, _f32]),
@@ -398,6 +399,14 @@ class NativeMatmul:
                              f"with in_features {k}")
         # not __del__: a finalizer object frees the plan once, and none runs for a half-built plan
         self._free = weakref.finalize(self, self.lib.hk_plan_free, self.plan)
+
+    def rebase(self, i: int, w: torch.Tensor) -> None:
+        """Weights i are now read from w: the same bytes and layout elsewhere (a call running meanwhile, on
+        another thread, may read either)."""
+        old = self.weights[i]
+        assert w.shape == old.shape and w.stride() == old.stride() and w.dtype == old.dtype
+        self.weights[i] = w
+        self.lib.hk_plan_rebase(self.plan, i, w.data_ptr())
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, norm: torch.Tensor | None = None,
                  eps: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:

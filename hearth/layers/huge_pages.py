@@ -4,8 +4,13 @@ A decode step reads every weight once: Qwen2.5-Coder-1.5B's 1.1 GB are ~270,000 
 each a TLB miss and a page walk; in anonymous memory advised MADV_HUGEPAGE they are ~550 2 MB pages (one
 thread's decode of that model 1.12x faster in CPU time on a Zen 4 VM: docs/performance.md). A file mapping
 gets 2 MB pages only from kernels built with CONFIG_READ_ONLY_THP_FOR_FS, which most leave out; hence a copy.
-Costs: one read of the weights at load (from the page cache where the file is there), and the weights are
-this process's own memory rather than page cache other processes share.
+
+The copy is read after the load, on one background thread, while the model serves from the mapping; each
+tensor's readers switch to it when it is complete (the same bytes: a kernel call may read either). So the load
+takes no longer: fresh memory costs more than the read where a VM's host backs each new page on first touch
+(~0.5 GB/s a thread in this project's VMs). Costs: one read of the weights (from the page cache where the
+file is there) and one core for it while it runs; the weights are then this process's own memory rather
+than page cache other processes share.
 
 Used in place instead: HEARTH_HUGE_PAGES=0, transparent huge pages `never` (or not Linux), a tensor that is
 not a view of a read-only file mapping, or a file that would leave less than RESERVE of MemAvailable (a
@@ -14,22 +19,26 @@ model larger than memory still runs from its mapping)."""
 from __future__ import annotations
 
 import functools
+import logging
 import mmap
 import os
+import queue
+import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from hearth.layers.residency import memmap_root
+from hearth.layers.residency import memmap_root, release_pages
+
+log = logging.getLogger("hearth")
 
 HUGE = 2 << 20
 CHUNK = 256 << 20
 """Address space a chunk reserves; only what is copied into it becomes resident."""
 ALIGN = 64
-PIECE = 2 << 20
 RESERVE = 1 << 30
 """MemAvailable the copy of a file must leave."""
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -94,45 +103,71 @@ _arenas: dict[int, _Arena] = {}
 model's, so they go with it."""
 
 
-def in_huge_pages(raw: torch.Tensor, source: np.ndarray | torch.Tensor) -> torch.Tensor:
-    """raw (uint8 [rows, bytes], a view of `source`'s memory) read again from its file into 2 MB pages, or
-    raw itself (the module docstring says when). Read with pread, not copied from the mapping: the
-    mapping's 4 KB page faults cost more than the copy."""
+def move(raw: torch.Tensor, source: np.ndarray | torch.Tensor, done: Callable[[torch.Tensor], None]) -> bool:
+    """Read raw (uint8 [rows, bytes], a view of `source`, a file mapping) again from its file into 2 MB pages on
+    a background thread, then call done(copy) there; False where nothing was started (the module docstring
+    says when). done must switch every reader to the copy: until then they read the mapping, the same bytes."""
     root = memmap_root(source) if isinstance(source, np.ndarray) else None
-    if root is None or root.mode != "r" or raw.numel() == 0 or mode() != "2 MB pages":
-        return raw
-    if (arena := _arenas.get(id(root))) is None:
-        arena = _arenas[id(root)] = _Arena(root.nbytes)
-        weakref.finalize(root, _arenas.pop, id(root), None)
-    flat = arena.take(raw.numel())
-    if flat is None:
-        return raw
-    _read(root.filename, raw.data_ptr() - root.ctypes.data + root.offset, flat)
-    return flat.view(raw.shape)
+    if (root is None or root.mode != "r" or raw.numel() == 0 or not raw.is_contiguous()
+            or mode() != "2 MB pages"):
+        return False
+    with _lock:
+        if (arena := _arenas.get(id(root))) is None:
+            arena = _arenas[id(root)] = _Arena(root.nbytes)
+            weakref.finalize(root, _arenas.pop, id(root), None)
+        flat = arena.take(raw.numel())
+        if flat is None:
+            return False
+        _jobs.put((root.filename, raw.data_ptr() - root.ctypes.data + root.offset, flat.view(raw.shape), done,
+                   source))
+        global _worker
+        if _worker is None:
+            _worker = threading.Thread(target=_work, name="hearth-weights", daemon=True)
+            _worker.start()
+    return True
+
+
+def wait() -> None:
+    """Until every weight move started so far is done (tests; a measurement that must not overlap them)."""
+    _jobs.join()
+
+
+_jobs: queue.Queue = queue.Queue()
+_lock = threading.Lock()
+_worker: threading.Thread | None = None
+_failed: set[str] = set()
+"""Files whose read failed once: one warning each."""
+
+
+def _work() -> None:
+    """One thread, in the order the model was built: serving goes on meanwhile from the mapping."""
+    while True:
+        job = _jobs.get()
+        try:
+            _move(*job)
+        except Exception as e:  # noqa: BLE001 - the mapping serves on: the same bytes, only slower
+            if job[0] not in _failed:
+                _failed.add(job[0])
+                log.warning(f"weights stay in their file mapping: {e}")
+        finally:
+            del job  # the model may go now
+            _jobs.task_done()
+
+
+def _move(path: str, at: int, out: torch.Tensor, done: Callable[[torch.Tensor], None], source: np.ndarray) -> None:
+    _read(path, at, out.view(-1))
+    done(out)
+    release_pages(source)  # read no more here: out of this process's resident set
 
 
 def _read(path: str, at: int, out: torch.Tensor) -> None:
-    """out.numel() bytes of the file from offset `at` into out, in PIECE-sized reads on torch's threads: a VM's
-    host backs each new 2 MB page as it is first written, and one thread alone met that at ~0.5 GB/s."""
+    """out.numel() bytes of the file from offset `at` into out."""
     view, fd = memoryview(out.numpy()), os.open(path, os.O_RDONLY)
     try:
-        pieces = [(view[i:i + PIECE], at + i) for i in range(0, view.nbytes, PIECE)]
-        if len(pieces) == 1:
-            _read_piece(fd, *pieces[0], path)
-        else:
-            list(_readers(torch.get_num_threads()).map(lambda p: _read_piece(fd, *p, path), pieces))
+        while view.nbytes:  # a read may return less than asked
+            got = os.preadv(fd, [view], at)
+            if got <= 0:
+                raise OSError(f"{path}: the file ended at byte {at} while its tensors were read")
+            view, at = view[got:], at + got
     finally:
         os.close(fd)
-
-
-@functools.cache
-def _readers(n: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(n, thread_name_prefix="hearth-weights")
-
-
-def _read_piece(fd: int, view: memoryview, at: int, path: str) -> None:
-    while view.nbytes:  # a read may return less than asked
-        got = os.preadv(fd, [view], at)
-        if got <= 0:
-            raise OSError(f"{path}: the file ended at byte {at} while its tensors were read")
-        view, at = view[got:], at + got

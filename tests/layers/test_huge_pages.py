@@ -1,10 +1,11 @@
-"""Weights the C++ kernels stream, read into 2 MB pages (hearth.layers.huge_pages): the file's bytes, the same
-tokens and log-probabilities as from the mapping, the mapping itself where switched off, short of memory or not a
-file, and gone with their model."""
+"""Weights the C++ kernels stream, moved into 2 MB pages after the load (hearth.layers.huge_pages): the file's
+bytes; the same tokens and log-probabilities from the mapping, from the copy and across the switch; the mapping
+kept where switched off, short of memory, not a file, or where the read fails; the copies gone with their model."""
 
 from __future__ import annotations
 
 import gc
+import threading
 
 import numpy as np
 import pytest
@@ -14,7 +15,6 @@ from hearth import LLM, SamplingParams
 from hearth.backends.cpu_linear import NativePart
 from hearth.kernels import native
 from hearth.layers import huge_pages
-from hearth.layers.huge_pages import in_huge_pages
 from hearth.layers.quant import as_bytes
 from hearth.layers.residency import memmap_root
 from hearth.loader.gguf_loader import GGUFFile
@@ -30,6 +30,7 @@ def thp(monkeypatch, tmp_path):
     monkeypatch.delenv("HEARTH_HUGE_PAGES", raising=False)
     huge_pages.mode.cache_clear()
     yield enabled
+    huge_pages.wait()
     huge_pages.mode.cache_clear()
 
 
@@ -45,29 +46,35 @@ def _in_file(t: torch.Tensor, g: GGUFFile) -> bool:
     return root.ctypes.data <= t.data_ptr() < root.ctypes.data + root.nbytes
 
 
-def test_a_tensor_is_read_into_an_aligned_copy_of_its_bytes(thp, tiny):
+def _moved(g: GGUFFile, name: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    t = g.tensor(name)
+    raw, got = as_bytes(t.data, t.qtype), []
+    assert huge_pages.move(raw, t.data, got.append)
+    huge_pages.wait()
+    return raw, got
+
+
+def test_a_tensor_moves_into_an_aligned_copy_of_its_bytes(thp, tiny):
     g = GGUFFile(tiny)
-    t = g.tensor("blk.0.ffn_up.weight")
-    raw = as_bytes(t.data, t.qtype)
-    got = in_huge_pages(raw, t.data)
+    raw, (got,) = _moved(g, "blk.0.ffn_up.weight")
     assert not _in_file(got, g) and got.data_ptr() % huge_pages.ALIGN == 0
     assert got.shape == raw.shape and torch.equal(got, raw)
-    down = g.tensor("blk.0.ffn_down.weight")
-    second = in_huge_pages(as_bytes(down.data, down.qtype), down.data)
-    chunk = huge_pages._arenas[id(memmap_root(t.data))].chunk
+    _, (second,) = _moved(g, "blk.0.ffn_down.weight")
+    chunk = huge_pages._arenas[id(memmap_root(g.tensor("token_embd.weight").data))].chunk
     assert chunk.data_ptr() % huge_pages.HUGE == 0  # one 2 MB-aligned chunk holds both
     assert chunk.data_ptr() <= got.data_ptr() < second.data_ptr() < chunk.data_ptr() + chunk.numel()
 
 
-def test_the_mapping_is_used_in_place_when_off_short_of_memory_or_not_a_file(thp, tiny, monkeypatch):
+def test_the_mapping_stays_where_off_short_of_memory_or_not_a_file(thp, tiny, monkeypatch):
     g = GGUFFile(tiny)
     t = g.tensor("blk.0.ffn_up.weight")
-    raw = as_bytes(t.data, t.qtype)
-    anonymous = np.array(t.data)
-    assert in_huge_pages(as_bytes(anonymous, t.qtype), anonymous).data_ptr() == anonymous.ctypes.data
+    raw, anonymous, got = as_bytes(t.data, t.qtype), np.array(t.data), []
+    assert not huge_pages.move(as_bytes(anonymous, t.qtype), anonymous, got.append)
 
     monkeypatch.setattr(huge_pages, "mem_available", lambda: huge_pages.RESERVE)  # the file would leave < RESERVE
-    assert in_huge_pages(raw, t.data) is raw
+    assert not huge_pages.move(raw, t.data, got.append)
+    huge_pages.wait()
+    assert got == []
 
     thp.write_text("always madvise [never]\n")
     huge_pages.mode.cache_clear()
@@ -75,35 +82,52 @@ def test_the_mapping_is_used_in_place_when_off_short_of_memory_or_not_a_file(thp
     monkeypatch.setenv("HEARTH_HUGE_PAGES", "0")
     huge_pages.mode.cache_clear()
     assert huge_pages.mode() == "the file mapping (HEARTH_HUGE_PAGES=0)"
-    monkeypatch.undo()
-    huge_pages.mode.cache_clear()
 
 
 def test_a_models_arena_goes_with_its_file(thp, tiny):
     g = GGUFFile(tiny)
-    t = g.tensor("blk.0.ffn_up.weight")
-    key = id(memmap_root(t.data))
-    got = in_huge_pages(as_bytes(t.data, t.qtype), t.data)
+    key = id(memmap_root(g.tensor("token_embd.weight").data))
+    got = _moved(g, "blk.0.ffn_up.weight")[1]
     assert key in huge_pages._arenas
-    del g, t, got
+    del g, got
     gc.collect()
     assert key not in huge_pages._arenas
 
 
 @pytest.mark.skipif(not native.available(), reason="the C++ kernels do not run at the torch tier")
-def test_a_model_in_huge_pages_answers_bit_for_bit_as_from_its_mapping(thp, tiny, monkeypatch):
+def test_a_model_answers_bit_for_bit_from_its_mapping_its_copy_and_across_the_switch(thp, tiny, monkeypatch):
+    """The moves held back until a first answer is out, then let go while a second runs, then done: every
+    answer equals the one the mapping alone gives. A read that fails leaves the mapping serving."""
     prompt = {"prompt_token_ids": [5, 9, 14, 3, 27, 8]}
-    params = SamplingParams(temperature=0, max_tokens=8, logprobs=3, ignore_eos=True)
+    params = SamplingParams(temperature=0, max_tokens=12, logprobs=3, ignore_eos=True)
 
-    def run(copy: bool):
-        monkeypatch.setenv("HEARTH_HUGE_PAGES", "1" if copy else "0")
-        huge_pages.mode.cache_clear()
-        llm = LLM(str(tiny), max_model_len=64, progress=False)
-        in_file = [_in_file(r, llm.gguf) for m in llm.model.modules() if isinstance(m, NativePart) for r, _ in m.raws]
-        assert in_file
+    def answer(llm):
         out = llm.generate(prompt, params)[0].outputs[0]
-        return in_file, out.token_ids, [{k: v.logprob for k, v in lp.items()} for lp in out.logprobs]
+        return out.token_ids, [{k: v.logprob for k, v in lp.items()} for lp in out.logprobs]
 
-    mapped, copied = run(False), run(True)
-    assert all(mapped[0]) and not any(copied[0])
-    assert copied[1:] == mapped[1:]
+    def in_file(llm) -> list[bool]:
+        return [_in_file(r, llm.gguf) for m in llm.model.modules() if isinstance(m, NativePart) for r, _ in m.raws]
+
+    monkeypatch.setenv("HEARTH_HUGE_PAGES", "0")
+    huge_pages.mode.cache_clear()
+    mapped = LLM(str(tiny), max_model_len=64, progress=False)
+    expected = answer(mapped)
+    assert in_file(mapped) and all(in_file(mapped))
+
+    monkeypatch.setenv("HEARTH_HUGE_PAGES", "1")
+    huge_pages.mode.cache_clear()
+    go, read = threading.Event(), huge_pages._read
+    monkeypatch.setattr(huge_pages, "_read", lambda *a: (go.wait(), read(*a)))
+    llm = LLM(str(tiny), max_model_len=64, progress=False)
+    assert all(in_file(llm)) and answer(llm) == expected
+    go.set()
+    assert answer(llm) == expected
+    huge_pages.wait()
+    assert not any(in_file(llm)) and answer(llm) == expected
+
+    def fail(*a):
+        raise OSError("the disk went away")
+    monkeypatch.setattr(huge_pages, "_read", fail)
+    llm = LLM(str(tiny), max_model_len=64, progress=False)
+    huge_pages.wait()
+    assert all(in_file(llm)) and answer(llm) == expected

@@ -191,7 +191,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {  /
 
 extern "C" {
 
-int hk_abi_version() { return 17; }
+int hk_abi_version() { return 18; }
 
 // A plan over `n` weights [rows_i, K] (GGUF blocks, rows row_bytes_i apart); nullptr for an unknown
 // type or a K that is not a whole number of its blocks. gemm_min_rows: from this many rows on the
@@ -217,6 +217,12 @@ void* hk_plan_new(int n, const void* const* w, const int* qtypes, const int64_t*
 }
 
 void hk_plan_free(void* p) { delete static_cast<Plan*>(p); }
+
+// Part i's weights now at w: the same bytes, moved (hearth.layers.huge_pages reads them into 2 MB pages while
+// the model serves), so a call running meanwhile may read either copy.
+void hk_plan_rebase(void* p, int i, const void* w) {
+  __atomic_store_n(&static_cast<Plan*>(p)->parts[i].w, static_cast<const uint8_t*>(w), __ATOMIC_RELEASE);
+}
 
 // y[M, N] (row stride ldy) = rmsnorm(x) @ W.T + bias; x: [M, K] (row stride ldx), f32 or (x_bf16) bf16
 void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t ldx, const float* norm_w, float eps,

@@ -610,7 +610,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 17; }
+int hk_abi_version() { return 18; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier); 0, or -1 for a level this build does not know.
 // Called once at load, before any kernel runs.
@@ -656,6 +656,12 @@ void* hk_plan_new(int n, const void* const* w, const int* qtypes, const int64_t*
 }
 
 void hk_plan_free(void* p) { delete static_cast<Plan*>(p); }
+
+// Part i's weights now at w: the same bytes, moved (hearth.layers.huge_pages reads them into 2 MB pages while
+// the model serves), so a call running meanwhile may read either copy.
+void hk_plan_rebase(void* p, int i, const void* w) {
+  __atomic_store_n(&static_cast<Plan*>(p)->parts[i].w, static_cast<const uint8_t*>(w), __ATOMIC_RELEASE);
+}
 
 }  // extern "C"
 
