@@ -13,8 +13,9 @@ import time
 
 import hearth
 from hearth import LLM, SamplingParams
+from hearth.layers import huge_pages
 
-from bench_proc import serve
+from bench_proc import log, serve
 
 
 def generate_seconds(llm: LLM, ids: list[int], max_tokens: int) -> float:
@@ -33,6 +34,9 @@ def load(job: dict) -> LLM:
 
 
 def warmup(llm: LLM, job: dict) -> None:
+    t0 = time.perf_counter()
+    huge_pages.wait()  # the weights' move into 2 MB pages, in the background after the load: speeds after it
+    log("hearth", f"weights moved {time.perf_counter() - t0:.2f} s after the load")
     generate_seconds(llm, job["warmup"], 9)
 
 
