@@ -135,6 +135,15 @@ def wait() -> None:
 _jobs: queue.Queue = queue.Queue()
 _lock = threading.Lock()
 _worker: threading.Thread | None = None
+
+
+def _forked() -> None:
+    """A forked child has no worker: its moves not done stay undone (it reads the mapping), wait() returns."""
+    global _jobs, _lock, _worker
+    _jobs, _lock, _worker = queue.Queue(), threading.Lock(), None
+
+
+os.register_at_fork(after_in_child=_forked)
 _failed: set[str] = set()
 """Files whose read failed once: one warning each."""
 

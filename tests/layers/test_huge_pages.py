@@ -5,7 +5,9 @@ kept where switched off, short of memory, not a file, or where the read fails; t
 from __future__ import annotations
 
 import gc
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -131,3 +133,27 @@ def test_a_model_answers_bit_for_bit_from_its_mapping_its_copy_and_across_the_sw
     llm = LLM(str(tiny), max_model_len=64, progress=False)
     huge_pages.wait()
     assert all(in_file(llm)) and answer(llm) == expected
+
+
+def test_a_child_forked_during_the_moves_waits_for_nothing(thp, tiny, monkeypatch):
+    g = GGUFFile(tiny)
+    t = g.tensor("blk.0.ffn_up.weight")
+    go, read, got = threading.Event(), huge_pages._read, []
+    monkeypatch.setattr(huge_pages, "_read", lambda *a: (go.wait(), read(*a)))
+    assert huge_pages.move(as_bytes(t.data, t.qtype), t.data, got.append)
+    pid = os.fork()
+    if pid == 0:  # the child: no worker, and wait() must not hang on the parent's queue
+        huge_pages.wait()
+        os._exit(0 if got == [] else 1)
+    go.set()
+    for _ in range(300):  # 30 s, then the child hangs: kill it
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's wait() hung on its parent's moves")
+    huge_pages.wait()
+    assert os.waitstatus_to_exitcode(status) == 0 and len(got) == 1
