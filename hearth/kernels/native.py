@@ -397,8 +397,10 @@ class NativeMatmul:
         if not self.plan:
             raise ValueError(f"native kernels cannot read {[QTYPES.get(int(q), q) for _, q in weights]} "
                              f"with in_features {k}")
-        # not __del__: a finalizer object frees the plan once, and none runs for a half-built plan
+        # not __del__: a finalizer object frees the plan once, and none runs for a half-built plan; not at exit,
+        # where hearth.layers.huge_pages' thread may still rebase it
         self._free = weakref.finalize(self, self.lib.hk_plan_free, self.plan)
+        self._free.atexit = False
 
     def rebase(self, i: int, w: torch.Tensor) -> None:
         """Weights i are now read from w: the same bytes and layout elsewhere (a call running meanwhile, on
