@@ -54,9 +54,10 @@ instead of the machine's network address: a local instance's processes then talk
 
 
 AUTH_MODE = "RAY_AUTH_MODE"
-"""Set to `token` before Ray is imported, a driver joining a head sends the token `ray start` wrote
-to ~/.ray/auth_token (Ray's token authentication is on by default since 2.5x; a head without it
-accepts the token too). Unset, joining a `ray start` head fails with "Failed to connect"."""
+"""`token`: a driver joining a head sends the token `ray start` wrote to ~/.ray/auth_token (Ray's token
+authentication is on by default since 2.5x; a head without it accepts the token too), and a local
+instance is token-authenticated (Ray's default) without Ray's WARNING line saying so on every start.
+A value of the user's wins (`disabled` included)."""
 
 
 INSTALL_RAY = "pip install -c constraints.txt '.[cluster]' in hearth's checkout"
@@ -65,15 +66,26 @@ INSTALL_RAY = "pip install -c constraints.txt '.[cluster]' in hearth's checkout"
 
 def import_ray(local: bool | None = None):
     """local: Ray will start its own instance here (no --address), kept on loopback; False: this
-    process joins a head (with its token); None: Ray is already set up. Both settings are read when
-    Ray is imported."""
-    if local is not None:
-        os.environ.setdefault(*((LOOPBACK_ONLY, "0") if local else (AUTH_MODE, "token")))
+    process joins a head; None: Ray is already set up. The loopback switch is read when Ray is imported."""
+    if local:
+        os.environ.setdefault(LOOPBACK_ONLY, "0")
     try:
         import ray
     except ImportError:
         raise ClusterError(f"hearth cluster needs Ray: {INSTALL_RAY}") from None
     return ray
+
+
+def use_token_auth() -> None:
+    """Token authentication unless the user chose otherwise (AUTH_MODE). Ray reads the mode into its
+    config when imported (the tests import it at collection), so setting the variable before ray.init
+    is not enough: a local GCS would want a token this driver does not send. This is what ray.init does
+    itself for a new local instance with the mode unset (authentication_token_setup.py's
+    enable_token_auth_by_default), less the warning."""
+    if os.environ.get(AUTH_MODE, "token").lower() == "token":
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+
+        _enable_token_auth()  # sets RAY_AUTH_MODE=token and has Ray's config read it again
 
 
 def connect(address: str | None, num_cpus: int | None = None, log_to_driver: bool = True) -> bool:
@@ -83,6 +95,7 @@ def connect(address: str | None, num_cpus: int | None = None, log_to_driver: boo
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports leave the machine
     if ray.is_initialized():
         return False
+    use_token_auth()
     if address:
         check_ray_address(address)  # Ray's own connect retries for minutes on a wrong one
         try:
