@@ -61,6 +61,8 @@ PROCESSES = {  # tests that start another program (tests/`module` or `module::fu
     "bench/test_rss.py": "a child whose peak RSS is read",
     "cluster/test_cluster_bad_input.py::test_not_a_ray_head_is_one_line_without_rays_log": "hearth cluster serve",
     "cluster/test_cluster_bad_input.py::test_one_model_only": "hearth cluster serve",
+    "cluster/test_cluster_bad_input.py::test_a_grpc_server_that_is_not_rays_is_one_line_in_bounded_time":
+        "hearth cluster serve",
     "cluster/test_join.py": "ray start",
     "cluster/test_local_start.py": "a local Ray instance",
     "evals/test_bfcl_data.py::test_fetch_refuses_a_wheel_with_another_hash": "pip download",

@@ -3,6 +3,7 @@ loaded its model: the front end starts whole or not at all. Every failure is one
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import time
 from dataclasses import dataclass, field
@@ -50,7 +51,9 @@ class ClusterSpec:
 
 LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Set to 0 before Ray is imported, Ray takes 127.0.0.1 as this node's address (as on a laptop)
-instead of the machine's network address: a local instance's processes then talk over loopback only."""
+instead of the machine's network address: a local instance's processes then talk over loopback only,
+and a driver given a loopback --address dials it as given (with it 1, Ray replaces a loopback host by
+this machine's network address, where a head that listens on loopback only refuses the connection)."""
 
 
 AUTH_MODE = "RAY_AUTH_MODE"
@@ -60,20 +63,35 @@ instance is token-authenticated (Ray's default) without Ray's WARNING line sayin
 A value of the user's wins (`disabled` included)."""
 
 
+JOIN_GCS_TRIES = "RAY_gcs_server_port_wait_time_s"
+"""ray.init's attempts at its GCS client when joining (1 s apart, each up to ~35 s in Ray's C++ client
+when the GCS does not answer as Ray's; 20 unset: ~12 minutes). Read at each ray.init
+(ray/_private/node.py::_init_gcs_client); a value of the user's wins."""
+
+
 INSTALL_RAY = "pip install -c constraints.txt '.[cluster]' in hearth's checkout"
 """How Ray comes: the optional extra, pinned by the constraints file as the README installs hearth."""
 
 
-def import_ray(local: bool | None = None):
+def import_ray(local: bool | None = None, address: str | None = None):
     """local: Ray will start its own instance here (no --address), kept on loopback; False: this
-    process joins a head; None: Ray is already set up. The loopback switch is read when Ray is imported."""
-    if local:
+    process joins the head at `address`, dialed as given when it is a loopback one; None: Ray is
+    already set up. The loopback switch is read when Ray is imported."""
+    if local or (local is False and is_loopback(address)):
         os.environ.setdefault(LOOPBACK_ONLY, "0")
     try:
         import ray
     except ImportError:
         raise ClusterError(f"hearth cluster needs Ray: {INSTALL_RAY}") from None
     return ray
+
+
+def is_loopback(address: str | None) -> bool:
+    host = (address or "").rpartition(":")[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def use_token_auth() -> None:
@@ -88,20 +106,29 @@ def use_token_auth() -> None:
         _enable_token_auth()  # sets RAY_AUTH_MODE=token and has Ray's config read it again
 
 
+def ray_dials(address: str) -> str:
+    """The HOST:PORT ray.init connects to for `address`: a loopback host becomes this machine's network
+    address unless the loopback switch was 0 when Ray was imported (services.py's resolve_ip_for_localhost)."""
+    if address == "auto" or address.startswith("ray://"):
+        return address
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        return canonicalize_bootstrap_address(address) or address
+    except ValueError:  # not HOST:PORT: the probe names it
+        return address
+
+
 def connect(address: str | None, num_cpus: int | None = None, log_to_driver: bool = True) -> bool:
     """Join the cluster at `address`, or start a local one (no dashboard, a small object store).
     Returns whether we started it (then the caller shuts it down)."""
-    ray = import_ray(local=not address)
+    ray = import_ray(local=not address, address=address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports leave the machine
     if ray.is_initialized():
         return False
     use_token_auth()
     if address:
-        check_ray_address(address)  # Ray's own connect retries for minutes on a wrong one
-        try:
-            ray.init(address=address, log_to_driver=log_to_driver, logging_level="warning")
-        except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
-            raise ClusterError(f"cannot join the Ray cluster at {address}: {_first_line(e)}") from None
+        _join(ray, address, log_to_driver)
         return False
     # replicas run the same hearth as this process, wherever it was imported from: the raylet
     # started here passes this environment on to the workers it spawns
@@ -120,6 +147,20 @@ def connect(address: str | None, num_cpus: int | None = None, log_to_driver: boo
         else:
             os.environ["PYTHONPATH"] = saved
     return True
+
+
+def _join(ray, address: str, log_to_driver: bool) -> None:
+    # the probe asks where Ray will connect: Ray's own connect retries for minutes on a wrong address
+    check_ray_address(address, dialed=ray_dials(address))
+    tries = os.environ.get(JOIN_GCS_TRIES)
+    os.environ.setdefault(JOIN_GCS_TRIES, "1")  # the probe saw the GCS answer: no 20 tries of ~35 s
+    try:
+        ray.init(address=address, log_to_driver=log_to_driver, logging_level="warning")
+    except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
+        raise ClusterError(f"cannot join the Ray cluster at {address}: {_first_line(e)}") from None
+    finally:
+        if tries is None:
+            del os.environ[JOIN_GCS_TRIES]
 
 
 def machine_cpus() -> int:

@@ -19,20 +19,30 @@ SETTINGS = 0x04
 HOW_TO_JOIN = "give the HOST:PORT that `ray start --head` printed (port 6379 by default), or leave out --address " \
               "to start Ray on this machine"
 
+REDIALED = "Ray replaces a loopback host by this machine's network address while RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER " \
+           "is 1 (a head that listens on loopback only is reached with it 0)"
+
 
 class NotARayHead(HearthError):
     """Nothing listens at --address, or what listens is not a Ray cluster's GCS."""
 
 
-def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+def check_ray_address(address: str, timeout_s: float = 5.0, dialed: str | None = None) -> None:
     """Raise NotARayHead unless `address` (HOST:PORT) answers as an HTTP/2 (gRPC) server, as Ray's
-    GCS does. 'auto' and ray:// (Ray Client) addresses are Ray's to resolve; with RAY_USE_TLS the GCS
-    wants a TLS handshake first, so only its port is tried."""
+    GCS does. dialed: where ray.init will connect for it, probed in its place (Ray replaces a loopback
+    host by this machine's network address: hearth.cluster.launch.ray_dials). 'auto' and ray:// (Ray
+    Client) addresses are Ray's to resolve; with RAY_USE_TLS the GCS wants a TLS handshake first, so
+    only its port is tried."""
     if address == "auto" or address.startswith("ray://"):
         return
-    host, _, port = address.rpartition(":")
+    target = dialed or address
+    host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
         raise NotARayHead(f"--address {address!r}: give HOST:PORT of the Ray head (e.g. head-node:6379)")
+    where, how = address, HOW_TO_JOIN
+    if target != address:
+        where = f"{address} (Ray dials {target} for it)"
+        how = f"{REDIALED}, or {HOW_TO_JOIN}"
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as s:
             if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
@@ -40,10 +50,10 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
             s.sendall(PREFACE)
             head = _read(s, 9)
     except OSError as e:
-        raise NotARayHead(f"cannot reach a Ray cluster at {address}: {e.strerror or e}; {HOW_TO_JOIN}") from None
+        raise NotARayHead(f"cannot reach a Ray cluster at {where}: {e.strerror or e}; {how}") from None
     if len(head) < 9 or head[3] != SETTINGS:
         said = "it answered, but not in Ray's gRPC protocol" if head else "it did not answer"
-        raise NotARayHead(f"{address} is not a Ray cluster ({said}): {HOW_TO_JOIN}")
+        raise NotARayHead(f"{where} is not a Ray cluster ({said}): {how}")
 
 
 def _read(s: socket.socket, n: int) -> bytes:

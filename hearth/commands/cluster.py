@@ -58,7 +58,8 @@ def main(args: argparse.Namespace) -> int:
     if len(models) > 1 or args.models:
         raise ClusterError("hearth cluster serve runs replicas of one model: give one MODEL, no --models")
     args.model = models[0] if models else DEFAULT_MODEL
-    ray = import_ray(local=not args.address)  # before anything loads: without Ray, one line naming the extra
+    # before anything loads: without Ray, one line naming the extra
+    ray = import_ray(local=not args.address, address=args.address)
     spec = ClusterSpec(args.model, args.replicas, args.threads_per_replica, serve.engine_args(args),
                        args.max_queued, args.routing, args.load_factor, args.prefix_blocks, args.startup_timeout)
     resolve_model(args.model)  # a bad name fails here, before Ray starts

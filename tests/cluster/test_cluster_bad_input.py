@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from hearth.cli import main
+from hearth.cluster.probe import PREFACE
 from tests.cluster.conftest import one_error_line as _one_error_line
 from tests.gguf_factory import write_tiny_gguf
 
@@ -142,3 +143,41 @@ def test_more_replicas_than_this_machine_has_cpus_is_one_line_before_ray_starts(
              "cluster with bigger nodes (--address)")):
         assert main(["cluster", "serve", str(tiny), "--port", port, *argv]) == 1
         assert _one_error_line(capsys.readouterr().err) == f"hearth: error: {expected}"
+
+
+def _grpc_lookalike() -> socket.socket:
+    """A loopback server that answers HTTP/2's preface with SETTINGS, as a gRPC server does (so the probe
+    passes), and then never answers a call: Ray's GCS client gets no cluster ID from it."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def hold(conn: socket.socket):
+        with conn:
+            conn.recv(len(PREFACE), socket.MSG_WAITALL)
+            conn.sendall(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # an empty SETTINGS frame
+            while conn.recv(65536):
+                pass
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed by the test
+                return
+            threading.Thread(target=hold, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+def test_a_grpc_server_that_is_not_rays_is_one_line_in_bounded_time(tmp_path):
+    """Past the probe, ray.init made 20 tries of its GCS client, each waiting ~35 s for a cluster ID
+    (~12 minutes); hearth lets it make one, then says which address failed."""
+    write_tiny_gguf(tiny := tmp_path / "tiny.gguf", "llama")
+    with socket.socket() as s:  # a free port for the front end, which must never start
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with _grpc_lookalike() as server:
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        r = _cli("cluster", "serve", str(tiny), "--address", address, "--port", str(port), timeout=240)
+    assert r.returncode == 1
+    assert f"cannot join the Ray cluster at {address}: " in _one_error_line(r.stderr)

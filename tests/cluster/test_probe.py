@@ -51,3 +51,23 @@ def test_a_listener_that_is_not_grpc_is_refused(reply, said):
     finally:
         done.set()
         s.close()
+
+
+def test_the_address_ray_dials_is_probed_and_both_are_named():
+    """Ray replaces a loopback --address by this machine's network address (unless its loopback switch is
+    0): a head listening on loopback only then answers the address given but refuses the one Ray dials,
+    and ray.init retried for ~12 minutes. The probe asks the dialed one."""
+    s, _, done = _listener(SERVER_SETTINGS)
+    with socket.socket() as closed:  # stands for this machine's address, where nothing listens
+        closed.bind(("127.0.0.1", 0))
+        dialed = f"127.0.0.1:{closed.getsockname()[1]}"
+    given = f"127.0.0.1:{s.getsockname()[1]}"
+    try:
+        said = (f"^cannot reach a Ray cluster at {given} \\(Ray dials {dialed} for it\\): Connection refused; "
+                "Ray replaces a loopback host .* RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+        with pytest.raises(NotARayHead, match=said):
+            check_ray_address(given, timeout_s=30, dialed=dialed)
+        check_ray_address(given, timeout_s=30, dialed=given)  # dialed as given: the listener answers
+    finally:
+        done.set()
+        s.close()
