@@ -28,9 +28,11 @@ REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 300  # a shared 2-core machine can take seconds per step; no wait this long when it passes
 START_TIMEOUT = 600  # Ray's start and two replicas loading SmolLM2 on a loaded machine
 STOP_TIMEOUT = 60
-ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": None, "RAY_ADDRESS": "127.0.0.1:1", "PYTHONUNBUFFERED": "1"}
+ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": None, "RAY_AUTH_MODE": None, "RAY_ADDRESS": "127.0.0.1:1",
+       "PYTHONUNBUFFERED": "1"}
 """The command's environment over the tests': tests/conftest.py sets Ray's loopback switch, which the
-command must set itself; a RAY_ADDRESS (nothing listens there) that a bare ray.init() would join."""
+command must set itself; no RAY_AUTH_MODE (the command chooses it, and Ray says nothing of it); a
+RAY_ADDRESS (nothing listens there) that a bare ray.init() would join."""
 
 
 def _free_port() -> int:
@@ -143,3 +145,4 @@ def test_cluster_serve_command(model_path, tmp_path):
     assert not left, f"Ray processes outlived the command: {left}\n{output}"
     assert status == -signal.SIGTERM, f"exit status {status} after SIGTERM:\n{output}"
     assert "Traceback" not in output, output
+    assert "Token authentication" not in output, output  # Ray's WARNING on every start, the mode left to it
