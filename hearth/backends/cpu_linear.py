@@ -1,6 +1,6 @@
 """The CPU backend's linear part: every GGUF block type computed by the C++ kernels
-(hearth.kernels.native) on the blocks as the file has them, copied into 2 MB pages (hearth.layers.huge_pages)
-or read in place from the memmapped file.
+(hearth.kernels.native) on the blocks as the file has them: read in place from the memmapped file, then from
+their copy in 2 MB pages once it is made (hearth.layers.huge_pages).
 
 For few rows (decode) an integer dot product against 8-bit activations with a scale per 16 values
 (ggml's scheme; llama.cpp: per 32); from `native_gemm_min_rows` rows on, bf16 tiles expanded from the
