@@ -42,6 +42,7 @@ ALIGN = 64
 RESERVE = 1 << 30
 """MemAvailable the copy of a file must leave."""
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+CGROUP_MAX, CGROUP_STAT = Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.stat")
 
 
 @functools.cache
@@ -61,11 +62,16 @@ def mode() -> str:
 
 
 def mem_available() -> int:
+    """MemAvailable, or less where this process's cgroup (v2) allows less: its limit less its anonymous memory
+    (a container's page cache is reclaimable as the host's is)."""
     with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
+        avail = next((int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:")), 0)
+    try:
+        limit = CGROUP_MAX.read_text().strip()
+        anon = next(int(ln.split()[1]) for ln in CGROUP_STAT.read_text().splitlines() if ln.startswith("anon "))
+    except (OSError, StopIteration, ValueError):
+        return avail
+    return min(avail, int(limit) - anon) if limit.isdigit() else avail
 
 
 class _Arena:

@@ -157,3 +157,15 @@ def test_a_child_forked_during_the_moves_waits_for_nothing(thp, tiny, monkeypatc
         pytest.fail("the forked child's wait() hung on its parent's moves")
     huge_pages.wait()
     assert os.waitstatus_to_exitcode(status) == 0 and len(got) == 1
+
+
+def test_memory_available_is_a_containers_where_its_cgroup_allows_less(tmp_path, monkeypatch):
+    limit, stat = tmp_path / "memory.max", tmp_path / "memory.stat"
+    monkeypatch.setattr(huge_pages, "CGROUP_MAX", limit)
+    monkeypatch.setattr(huge_pages, "CGROUP_STAT", stat)
+    host = huge_pages.mem_available()  # neither file: the host's MemAvailable
+    stat.write_text(f"anon {3 << 29}\nfile {5 << 30}\n")
+    limit.write_text(f"{2 << 30}\n")
+    assert huge_pages.mem_available() == min(host, (2 << 30) - (3 << 29))  # its page cache counts as available
+    limit.write_text("max\n")
+    assert abs(huge_pages.mem_available() - host) < 1 << 28
