@@ -106,8 +106,8 @@ def _function_call_output(item: dict, where: str, out: list[dict], pending: dict
 
 
 def _reasoning(item: dict, where: str, out: list[dict], pending: dict) -> None:
-    parts = item.get("content") or item.get("summary") or []
-    pending["reasoning"] = part_text(parts, f"{where}.summary")
+    key = "content" if item.get("content") else "summary"  # the reasoning itself, else a summary of it
+    pending["reasoning"] = part_text(item.get(key) or [], f"{where}.{key}")
 
 
 _ITEMS = {"message": _message, "function_call": _function_call,

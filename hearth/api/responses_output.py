@@ -62,10 +62,10 @@ class OutputBuilder:
                     {"type": "response.content_part.done", **head, "part": part},
                     {"type": "response.output_item.done", "output_index": index, "item": item}]
         if item["type"] == "reasoning":
-            part = item["summary"][0]
-            head = {"item_id": item["id"], "output_index": index, "summary_index": 0}
-            return [{"type": "response.reasoning_summary_text.done", **head, "text": part["text"]},
-                    {"type": "response.reasoning_summary_part.done", **head, "part": part},
+            part = item["content"][0]
+            head = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            return [{"type": "response.reasoning_text.done", **head, "text": part["text"]},
+                    {"type": "response.content_part.done", **head, "part": part},
                     {"type": "response.output_item.done", "output_index": index, "item": item}]
         return []
 
@@ -86,9 +86,9 @@ class OutputBuilder:
             item["content"][0]["logprobs"] += logprobs
             return out + [{"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
                            "content_index": 0, "delta": text, "logprobs": logprobs}]
-        item["summary"][0]["text"] += text
-        return out + [{"type": "response.reasoning_summary_text.delta", "item_id": item["id"],
-                       "output_index": index, "summary_index": 0, "delta": text}]
+        item["content"][0]["text"] += text
+        return out + [{"type": "response.reasoning_text.delta", "item_id": item["id"], "output_index": index,
+                       "content_index": 0, "delta": text}]
 
     def _open_text(self, kind: str) -> list[dict]:
         if kind == "message":
@@ -100,13 +100,15 @@ class OutputBuilder:
             self._open = item
             return out + [{"type": "response.content_part.added", "item_id": item["id"],
                            "output_index": len(self.items) - 1, "content_index": 0, "part": dict(part)}]
-        item = {"id": item_id("rs"), "type": "reasoning", "status": "in_progress", "summary": []}
+        # the model's own reasoning is the item's content (reasoning_text), as vLLM gives an open model's: a
+        # summary is what OpenAI's models write about theirs, which hearth does not make
+        item = {"id": item_id("rs"), "type": "reasoning", "status": "in_progress", "summary": [], "content": []}
         out = self._add(item)
-        part = {"type": "summary_text", "text": ""}
-        item["summary"].append(part)
+        part = {"type": "reasoning_text", "text": ""}
+        item["content"].append(part)
         self._open = item
-        return out + [{"type": "response.reasoning_summary_part.added", "item_id": item["id"],
-                       "output_index": len(self.items) - 1, "summary_index": 0, "part": dict(part)}]
+        return out + [{"type": "response.content_part.added", "item_id": item["id"],
+                       "output_index": len(self.items) - 1, "content_index": 0, "part": dict(part)}]
 
     def _call_start(self, index: int, call_id: str, name: str) -> list[dict]:
         out = self.close()
@@ -151,7 +153,7 @@ def assistant_messages(items: list[dict]) -> list[dict]:
     m: dict = {"role": "assistant", "content": ""}
     for item in items:
         if item["type"] == "reasoning":
-            m["reasoning_content"] = item["summary"][0]["text"]
+            m["reasoning_content"] = item["content"][0]["text"]
         elif item["type"] == "message":
             m["content"] += item["content"][0]["text"]
         elif item["type"] == "function_call":

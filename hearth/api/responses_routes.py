@@ -280,7 +280,7 @@ class _Reply:
 
     def usage(self) -> dict:
         p, c = self.gen.num_prompt_tokens, len(self.output_ids)
-        reasoning = reasoning_tokens(self.served, [i["summary"][0]["text"] for i in self.builder.items
+        reasoning = reasoning_tokens(self.served, [i["content"][0]["text"] for i in self.builder.items
                                                    if i["type"] == "reasoning"], c)
         return {"input_tokens": p, "input_tokens_details": {"cached_tokens": self.gen.num_cached_tokens,
                                                             "cache_write_tokens": 0},

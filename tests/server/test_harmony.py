@@ -134,7 +134,7 @@ def test_responses_reasoning_and_call_round_trip(fake):
     tool = {"type": "function", **WEATHER["function"]}
     r = fake.openai.responses.create(model="fake-model", input="script:harmony_tool", tools=[tool])
     reasoning, call = r.output
-    assert reasoning.type == "reasoning" and reasoning.summary[0].text == "Need the weather."
+    assert reasoning.type == "reasoning" and reasoning.content[0].text == "Need the weather."
     assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Paris"}
     follow = ["script:harmony_final", *[o.model_dump() for o in r.output],
               {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}]

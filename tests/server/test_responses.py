@@ -80,11 +80,18 @@ def test_an_output_may_answer_the_previous_response_s_call(fake):
 def test_reasoning_items(fake):
     r = fake.openai.responses.create(model="fake-model", input="script:think")
     rs, msg = r.output
-    assert rs.type == "reasoning" and rs.summary[0].text == "The user wants a greeting."
+    assert rs.type == "reasoning" and rs.content[0].type == "reasoning_text" and rs.summary == []
+    assert rs.content[0].text == "The user wants a greeting."  # the model's own reasoning, as vLLM gives it
     assert msg.content[0].text == "Hi!" and r.usage.output_tokens_details.reasoning_tokens > 0
     events = _events(fake.openai.responses.create(model="fake-model", input="script:think", stream=True))
-    summary = "".join(e.delta for e in events if e.type == "response.reasoning_summary_text.delta")
-    assert summary == "The user wants a greeting."
+    text = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    done = next(e for e in events if e.type == "response.output_item.done" and e.item.type == "reasoning")
+    assert text == done.item.content[0].text == "The user wants a greeting."
+    assert [e.type for e in events if getattr(e, "item_id", None) == done.item.id][:2] == [
+        "response.content_part.added", "response.reasoning_text.delta"]
+    with fake.openai.responses.stream(model="fake-model", input="script:think") as stream:  # the SDK's accumulator
+        final = stream.get_final_response()
+    assert final.output[0].content[0].text == "The user wants a greeting." and final.output_text == "Hi!"
 
 
 def test_structured_output_and_sampling_fields(fake):

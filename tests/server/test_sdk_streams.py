@@ -235,7 +235,7 @@ def test_responses_reasoning_item_then_message(fake):
     events, final = responses_stream(fake, "think")
     _items_well_formed(events)
     rs, msg = final.output
-    assert rs.type == "reasoning" and rs.summary[0].text == "The user wants a greeting."
+    assert rs.type == "reasoning" and rs.content[0].text == "The user wants a greeting." and rs.summary == []
     assert msg.type == "message" and final.output_text == "Hi!"
 
 
