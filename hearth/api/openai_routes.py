@@ -65,8 +65,13 @@ def _piece(tokenizer, token_id: int) -> dict:
 
 
 def chat_history(body, images=None) -> list[dict] | None:
-    """body's `messages` checked (None: it has none), their images added to `images` (load them next)."""
-    return None if body.messages is None else openai_messages(body.messages, images=images)
+    """body's `messages` checked (None: it has none), their images added to `images` (load them next), and its
+    `tools` as the chat routes check them (openai_tools): the routes read this before the load."""
+    if body.messages is None:
+        return None
+    history = openai_messages(body.messages, images=images)
+    openai_tools(body.tools)  # in the chat's order, messages first; rendered_chat reads them again once loaded
+    return history
 
 
 def conversation_ids(served, body, server_guard, history: list[dict] | None = None, images=None) -> list[int]:

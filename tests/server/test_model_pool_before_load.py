@@ -219,6 +219,11 @@ TOOLS = [  # (path, body, model, param): a bad tool definition or choice, which 
                                                                            "disable_parallel_tool_use": 1}},
      "b", "tool_choice.disable_parallel_tool_use"),
     ("/api/chat", {"messages": USER, "tools": [{"type": "custom", "name": "x"}]}, "b", "tools[0].type"),
+    # the routes that render a chat without running it read its tools as the chat does (openai_tools)
+    ("/tokenize", {"messages": USER, "tools": [{"type": "custom", "name": "x"}]}, "b", "tools[0].type"),
+    ("/apply-template", {"messages": USER, "tools": [{"function": {"name": "a b"}}]}, "b", "tools[0].function.name"),
+    ("/slots/save", {"name": "x", "messages": USER, "tools": [{"function": {"name": "f", "parameters": 1}}]}, "b",
+     "tools[0].function.parameters"),
 ]
 
 GUARD = [  # (path, body, model, param): a bad `hearth` extension (the tool guard's), which needs no model either
