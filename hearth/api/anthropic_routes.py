@@ -24,7 +24,7 @@ from hearth.api.sampling import check_before_load, common_fields
 from hearth.api.sse import SSEResponse
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import extensions_before_load, routed_choices
-from hearth.api.tools import anthropic_tools, plan_tools, prompt_messages
+from hearth.api.tools import anthropic_tools, forces_call, plan_tools, prompt_messages
 from hearth.sampling_params import StructuredOutput
 from hearth.tool_guard.routing import Ask
 from hearth.tool_parsers import collect
@@ -103,14 +103,14 @@ async def messages(body: MessagesRequest, request: Request):
     check_before_load(state.models, body.model, state.limits, {**common_fields(body), "max_tokens": body.max_tokens,
                       "stop": list(body.stop_sequences or [])}, {"stop": "stop_sequences", **body.llama_names()})
     reading, offered, parallel = _read(state.models, body), anthropic_tools(body.tools), _parallel(body)
-    ext, fmt = extensions_before_load(state, body.model, body.hearth, offered), _format(body)
+    ext, fmt = extensions_before_load(state, body.model, body.hearth, offered), _format(body, offered)
     served = await state.models.get(body.model)
     history, images = reading.on(served)
     guard, plan = _guarded(served, body, ext, history, offered, parallel)
     await served.load_images(images)
     text, ids = _prompt(served, body, guard, plan, images)
     fields = {**common_fields(body, served), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
-              "structured_output": _constraint(fmt, plan)}
+              "structured_output": fmt or plan.constraint}
     ask = Ask(guard.tools, body.tool_choice, history, structured=fields["structured_output"] is not plan.constraint,
               workflow=guard.ext.workflow is not None, prefill=bool(history) and history[-1]["role"] == "assistant")
     names = {"stop": "stop_sequences", **body.llama_names()}
@@ -133,26 +133,20 @@ def _check_thinking(body: MessagesRequest) -> None:
                        param="thinking.budget_tokens")
 
 
-def _format(body: MessagesRequest) -> tuple[StructuredOutput | None, str]:
-    """(the output format's constraint, compiled, and the field it came in): it needs no model, so it is read
-    before the load (a bad schema names its field)."""
+def _format(body: MessagesRequest, offered: list[dict]) -> StructuredOutput | None:
+    """The output format's constraint, compiled: it needs no model, so it is read before the load (a bad schema,
+    or a format beside a tool_choice that forces a call of the `offered` tools, names the field it came in)."""
     fmt, field = body.output_config.format if body.output_config else None, "output_config.format"
     if body.output_format is not None:  # the beta's spelling: it was ignored, and the answer ran free
         if fmt is not None:
             raise APIError(400, "output_format: give it or output_config.format (its newer spelling), not both",
                            param="output_format")
         fmt, field = body.output_format, "output_format"
+    forced = forces_call(offered, body.tool_choice)  # a bad tool_choice's 400 before the load too
     if fmt is None:
-        return None, field
-    return compiled(StructuredOutput(json_schema=fmt.schema_), f"{field}.schema"), field
-
-
-def _constraint(fmt: tuple[StructuredOutput | None, str], plan) -> StructuredOutput | None:
-    """fmt: _format's; the plan's forced call is the constraint where there is no format."""
-    so, field = fmt
-    if so is None:
-        return plan.constraint
-    if plan.constraint is not None:
+        return None
+    so = compiled(StructuredOutput(json_schema=fmt.schema_), f"{field}.schema")
+    if forced:
         raise APIError(400, f"{field}: cannot be combined with a tool_choice that forces a call", param=field)
     return so
 

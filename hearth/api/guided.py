@@ -54,10 +54,11 @@ def compiled(so: StructuredOutput | None, field: str) -> StructuredOutput | None
     return so
 
 
-def guided(body, others: dict[str, StructuredOutput | None]) -> StructuredOutput | None:
+def guided(body, others: dict[str, StructuredOutput | bool | None]) -> StructuredOutput | bool | None:
     """The constraint of the body's vLLM fields, or the one of `others` ({field: constraint}:
     response_format, a tool_choice that forces a call); two constraints are a 400 naming the second. Needs no
-    model: a route runs it before the load with the formats it has then (and again with a forced call's)."""
+    model: a route runs it before the load with the formats it has then (True: a forced call, whose grammar the
+    loaded model's tool format gives), and again with the forced call's grammar."""
     fields = [(f, so) for f, so in others.items() if so is not None]
     for field, kind, value in _given(body):
         try:

@@ -27,7 +27,7 @@ from hearth.api.sampling import asked_prompt_logprobs, check_before_load
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import extensions_before_load, routed_choices
-from hearth.api.tools import legacy_functions, openai_tools, plan_tools, prompt_messages
+from hearth.api.tools import forces_call, legacy_functions, openai_tools, plan_tools, prompt_messages
 from hearth.api.typed_options import effort_kwargs
 from hearth.errors import HearthError
 from hearth.tool_guard.routing import Ask
@@ -56,12 +56,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
     ext = extensions_before_load(state, body.model, body.hearth, offered, body.n)
     fmt = compiled(response_format(body.response_format), "response_format.json_schema.schema")
-    guided(body, {"response_format": fmt})  # the constraints need no model: checked before it loads
+    choice_param = "function_call" if legacy else "tool_choice"
+    # the constraints need no model: checked before it loads (a forced call's grammar comes with it)
+    guided(body, {"tool_choice": forces_call(offered, tool_choice, choice_param) or None, "response_format": fmt})
     served = await state.models.get(body.model)
     history, images = reading.on(served)
     await served.load_images(images)
     guard = RequestGuard(ext, offered, history, tool_choice)
-    plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
+    plan = plan_tools(served, guard.tools, tool_choice, choice_param)
     parallel = body.parallel_tool_calls and not legacy
     guard.prompt_hint(plan, parallel)
     prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body, images), history, served.max_model_len,

@@ -36,7 +36,7 @@ from hearth.api.sampling import check_before_load, check_logprobs, common_fields
 from hearth.api.sse import SSEResponse, named_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import extensions_before_load, routed_choices
-from hearth.api.tools import openai_tools, plan_tools, prompt_messages
+from hearth.api.tools import forces_call, openai_tools, plan_tools, prompt_messages
 from hearth.api.typed_options import effort_kwargs
 from hearth.errors import HearthError
 from hearth.tool_guard.routing import Ask
@@ -73,6 +73,9 @@ async def create_response(body: ResponsesRequest, request: Request):
     choice = chat_tool_choice(body.tool_choice)  # the tools and format need no model either: read before it loads
     offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
     fmt = compiled(text_format(body.text), "text.format.schema")
+    if forces_call(offered, choice) and fmt is not None:
+        raise APIError(400, "text.format: cannot be combined with a tool_choice that forces a call",
+                       param="text.format")
     ext = extensions_before_load(state, model, body.hearth, offered)
     served = await state.models.get(model)
     conversation, images = reading.on(served)
@@ -81,9 +84,6 @@ async def create_response(body: ResponsesRequest, request: Request):
     guard = RequestGuard(ext, offered, conversation, choice)
     plan = plan_tools(served, guard.tools, choice)
     guard.prompt_hint(plan, body.parallel_tool_calls)
-    if plan.constraint is not None and fmt is not None:
-        raise APIError(400, "text.format: cannot be combined with a tool_choice that forces a call",
-                       param="text.format")
 
     k = check_logprobs("top_logprobs", body.top_logprobs, served)
     logprobs = (k or 0) if wants_logprobs(body.include) else None  # top_logprobs alone: none, as OpenAI's

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from hearth.api.anthropic_client_tools import ClientToolError, client_tool
@@ -125,28 +126,53 @@ def anthropic_tools(tools: list | None) -> list[dict]:
 
 def plan_tools(served, tools: list[dict], tool_choice, choice_param: str = "tool_choice") -> ToolPlan:
     """`tools` already in OpenAI's shape; tool_choice in either API's shape (errors name it `choice_param`)."""
-    kind = tool_choice.get("type") if isinstance(tool_choice, dict) else tool_choice
-    callable_tools = tools
-    if kind == "allowed_tools":
-        callable_tools, tool_choice = _allowed_tools(tools, tool_choice, choice_param)
-        kind = tool_choice
-    if kind is not None and kind not in ("none", "auto", "required", "any", "function", "tool"):
-        raise APIError(400, f"{choice_param}: unknown choice {kind!r}", param=choice_param)
-    if not tools or kind == "none":
-        if kind not in (None, "none", "auto"):
-            raise APIError(400, f"{choice_param}: forces a tool call but no tools were given", param=choice_param)
+    choice = _read_choice(tools, tool_choice, choice_param)
+    if choice is None:
         return ToolPlan()
+    callable_tools, tool_choice, kind, forced = choice
     in_template = served.template_supports_tools
     fmt = (served.tool_format if in_template else None) or PROMPT_FORMAT
-    try:
-        forced = forced_tools(callable_tools, tool_choice)
+    with _choice_error(choice_param):
         constraint = call_constraint(fmt, callable_tools, tool_choice).lark() if forced else None
-    except ToolParserError as e:
-        why = str(e).removeprefix("tool_choice ")
-        raise APIError(400, f"{choice_param}: {why}", param=choice_param) from None
     so = StructuredOutput(grammar=constraint) if constraint else None
     named = forced[0] if forced and kind in ("function", "tool") else None
     return ToolPlan(tools, in_template, fmt, so, callable_tools, bool(forced), named)
+
+
+def forces_call(tools: list[dict], tool_choice, choice_param: str = "tool_choice") -> bool:
+    """Whether tool_choice forces a call of `tools` (a grammar: ToolPlan.constraint), or plan_tools'
+    400 for a choice of no offered tool: it needs no model, so a route asks before the load (the call's grammar,
+    which needs the template's tool format, comes with the plan after it)."""
+    choice = _read_choice(tools, tool_choice, choice_param)
+    return choice is not None and bool(choice[3])
+
+
+def _read_choice(tools: list[dict], tool_choice, param: str) -> tuple[list[dict], object, str, list[str]] | None:
+    """(the callable tools, the choice, its kind, the tools it forces) of tool_choice over `tools`, or the 400
+    naming `param`; None: no tools take part (none given, or tool_choice none)."""
+    kind = tool_choice.get("type") if isinstance(tool_choice, dict) else tool_choice
+    callable_tools = tools
+    if kind == "allowed_tools":
+        callable_tools, tool_choice = _allowed_tools(tools, tool_choice, param)
+        kind = tool_choice
+    if kind is not None and kind not in ("none", "auto", "required", "any", "function", "tool"):
+        raise APIError(400, f"{param}: unknown choice {kind!r}", param=param)
+    if not tools or kind == "none":
+        if kind not in (None, "none", "auto"):
+            raise APIError(400, f"{param}: forces a tool call but no tools were given", param=param)
+        return None
+    with _choice_error(param):
+        return callable_tools, tool_choice, kind, forced_tools(callable_tools, tool_choice)
+
+
+@contextmanager
+def _choice_error(param: str):
+    """A ToolParserError (a choice of no offered tool) as the 400 naming `param`."""
+    try:
+        yield
+    except ToolParserError as e:
+        why = str(e).removeprefix("tool_choice ")
+        raise APIError(400, f"{param}: {why}", param=param) from None
 
 
 def _allowed_tools(tools: list[dict], choice: dict, param: str) -> tuple[list[dict], str]:

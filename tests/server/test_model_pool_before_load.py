@@ -265,6 +265,27 @@ STRUCTURED = [  # (path, body, model, param): structured output that does not co
     ("/completion", {"prompt": "hi", "json_schema": BAD_SCHEMA}, "b", "json_schema"),
 ]
 
+F = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+OBJECT = {"type": "object"}
+FORCED = [  # (path, body, model, param): a forced call (a grammar) beside a format, or a choice of no offered tool
+    ("/v1/chat/completions", {"messages": USER, "tools": [F], "tool_choice": "required",
+                              "response_format": {"type": "json_object"}}, "b", "response_format"),
+    ("/v1/chat/completions", {"messages": USER, "tools": [F], "tool_choice": {"type": "function", "function":
+                              {"name": "f"}}, "guided_json": OBJECT}, "b", "guided_json"),
+    ("/v1/chat/completions", {"messages": USER, "tools": [F], "tool_choice": {"type": "function", "function":
+                              {"name": "g"}}}, "b", "tool_choice"),
+    ("/v1/chat/completions", {"messages": USER, "tool_choice": "required"}, "b", "tool_choice"),
+    ("/v1/responses", {"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": "required",
+                       "text": {"format": {"type": "json_schema", "name": "x", "schema": OBJECT}}}, "b", "text.format"),
+    ("/v1/responses", {"input": "hi", "tools": [{"type": "function", "name": "f"}],
+                       "tool_choice": {"type": "function", "name": "g"}}, "b", "tool_choice"),
+    ("/v1/messages", {"messages": USER, "max_tokens": 8, "tools": [{"name": "f", "input_schema": OBJECT}],
+                      "tool_choice": {"type": "tool", "name": "g"}}, "b", "tool_choice"),
+    ("/v1/messages", {"messages": USER, "max_tokens": 8, "tools": [{"name": "f", "input_schema": OBJECT}],
+                      "tool_choice": {"type": "any"}, "output_config": {"format": {"type": "json_schema",
+                                                                                   "schema": OBJECT}}}, "b",
+     "output_config.format"),
+]
 
 PROJECTOR = SimpleNamespace(projector="gemma3")
 """What /v1/models reads of a VisionConfig (its mmproj's header)."""
@@ -279,7 +300,7 @@ def _vision_pool() -> tuple[ModelPool, FakeLoader]:
     return ModelPool([s.spec for s in pool.slots] + [v], loader, 1 << 30), loader
 
 
-BEFORE_LOAD = MESSAGES + TOOLS + GUARD + STRUCTURED
+BEFORE_LOAD = MESSAGES + TOOLS + GUARD + STRUCTURED + FORCED
 
 
 @pytest.mark.parametrize("path,body,model,param", BEFORE_LOAD,
