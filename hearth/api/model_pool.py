@@ -216,8 +216,9 @@ class ModelPool(KeepAlive):
         if served is not None:
             adapters = len(served.lora.paths) if served.lora is not None else 0
             return Known.of(slot.spec.name, served.max_model_len, served, adapters, served.snapshots is not None)
-        return Known.of(slot.spec.name, slot.spec.max_model_len, slot.spec.facts, slot.spec.lora_count,
-                        slot.spec.kv_disk)
+        facts = slot.spec.facts  # a model with recurrent layers runs without the server's disk tier
+        kv_disk = slot.spec.kv_disk and not (facts is not None and facts.recurrent)
+        return Known.of(slot.spec.name, slot.spec.max_model_len, facts, slot.spec.lora_count, kv_disk)
 
     async def get(self, requested: str | None) -> ServedModel:
         """The served model for a request, loaded if need be. Call Generation before the next await:

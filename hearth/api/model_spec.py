@@ -47,8 +47,8 @@ class ModelSpec:
     `lora` ids and POST /lora-adapters are checked against before its load; None: not known."""
     kv_disk: bool | None = None
     """Whether its server has a KV disk tier (--kv-disk-dir), which /slots/save and /slots/restore need: False is
-    their 400 before its load; True may still be none once loaded (a model with recurrent layers runs without);
-    None: not known."""
+    their 400 before its load; True: none still for a model with recurrent layers (FileFacts.recurrent: ModelPool.known
+    says so before its load); None: not known."""
 
     @property
     def name(self) -> str:

@@ -211,6 +211,9 @@ class FileFacts:
     """How it will take images, as ServedModel.vision (hearth.api.media_parts.Vision: its mmproj's header config, the
     server's --limit-mm-per-prompt and fetch policy; `hearth serve` adds it to the header's facts); None: it reads
     text only. A request's images are checked against it before the load (ModelPool.known)."""
+    recurrent: bool = False
+    """Its layers keep a recurrent state (ModelConfig.recurrent_layers: qwen35's Gated DeltaNet), so it runs without
+    the server's KV disk tier (hearth.llm_recurrent): its slots are refused before its load (ModelPool.known)."""
     tokenizer = None  # not built before the load: FIM ("insert") is said once loaded
 
     @property
@@ -227,4 +230,5 @@ def file_facts(gguf, embeds_only: bool, config, vision=None) -> FileFacts:
     FileFacts.vision."""
     return FileFacts(str(gguf.path), template_source=str(gguf.metadata.get("tokenizer.chat_template") or ""),
                      embeds_only=embeds_only, pooling=config.pooling, vocab_size=config.vocab_size,
-                     embedding_size=config.hidden_size, vision=vision, **gguf_facts(gguf))
+                     embedding_size=config.hidden_size, vision=vision, recurrent=any(config.recurrent_layers),
+                     **gguf_facts(gguf))

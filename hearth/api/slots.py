@@ -123,8 +123,8 @@ def _store(served):
 
 
 def _no_disk() -> APIError:
-    return APIError(400, "saving and restoring KV state needs a disk tier: start the server with --kv-disk-dir DIR",
-                    code="kv_disk_disabled")
+    return APIError(400, "saving and restoring KV state needs a disk tier: start the server with --kv-disk-dir DIR "
+                    "(a model with recurrent layers, as qwen35's, runs without one)", code="kv_disk_disabled")
 
 
 async def _run(method, name: str, field: str, *args):

@@ -351,6 +351,22 @@ def test_slots_on_a_server_without_a_disk_tier_are_refused_before_the_model_load
     assert loader.loads == []
 
 
+@pytest.mark.parametrize("path,body", [("/slots/save", {"name": "x", "messages": USER}),
+                                       ("/slots/restore", {"filename": "x"})])
+@pytest.mark.parametrize("recurrent", [True, False])
+def test_slots_of_a_model_with_recurrent_layers_are_refused_before_it_loads(serve, path, body, recurrent):
+    """A model with recurrent layers (qwen35: FileFacts.recurrent, from its header) runs without the disk tier the
+    server has (hearth.llm_recurrent): its slots are refused before its load; another model's load to answer (the
+    fake served model has no snapshot store: its 400 after the load)."""
+    pool, loader = _pool()
+    b = pool.slots[1].spec
+    b.kv_disk, b.facts = True, replace(b.facts, recurrent=recurrent)
+    client = serve(pool)
+    r = client.post(path, json={**body, "model": "b"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "kv_disk_disabled", r.text
+    assert loader.loads == ([] if recurrent else ["b"])
+
+
 def test_structured_output_that_compiles_still_loads_and_answers(serve):
     """The check before the load refuses only what does not compile: a good schema loads the model as before."""
     pool, loader = _pool()

@@ -86,6 +86,16 @@ def test_a_spec_knows_whether_its_server_has_a_disk_tier(tiny, tmp_path):
     assert build_pool(serve_args(str(tiny), "--kv-disk-dir", str(tmp_path))).slots[0].spec.kv_disk is True
 
 
+def test_a_model_with_recurrent_layers_has_no_disk_tier_before_its_load(tiny, tmp_path):
+    """qwen35's Gated DeltaNet layers (its header's config) run without the server's disk tier (hearth.llm_recurrent):
+    what the pool knows before the load says so, and a llama beside it keeps the tier."""
+    from tests.hybrid_models import write
+
+    pool = build_pool(serve_args(str(tiny), str(write("qwen35", tmp_path)), "--kv-disk-dir", str(tmp_path / "kv")))
+    assert [s.spec.facts.recurrent for s in pool.slots] == [False, True]
+    assert [pool.known(s.spec.name).kv_disk for s in pool.slots] == [True, False]
+
+
 @pytest.mark.parametrize("arch,kv,blocks,gb", [
     ("llama", "auto", 0, 2.0), ("llama", "q8_0", 0, 2.0), ("llama", "kvarn_k4v2", 0, 2.0),
     ("llama", "auto", 0, 0.0002), ("llama", "q8_0", 0, 0.0001),  # the memory bound caps the blocks and the context
