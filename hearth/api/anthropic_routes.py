@@ -87,6 +87,7 @@ def _render(served, body, plan, conversation: list[dict], images=None) -> tuple[
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request):
     reading, offered, parallel = _read(request.app.state.models, body), anthropic_tools(body.tools), _parallel(body)
+    forces_call(offered, body.tool_choice)  # a bad tool_choice's 400 before the load too
     served = await request.app.state.models.get(body.model)
     history, images = reading.on(served)
     ext = Extensions(request.app.state.config.tool_guard)  # count_tokens takes no `hearth`

@@ -281,6 +281,8 @@ FORCED = [  # (path, body, model, param): a forced call (a grammar) beside a for
                        "tool_choice": {"type": "function", "name": "g"}}, "b", "tool_choice"),
     ("/v1/messages", {"messages": USER, "max_tokens": 8, "tools": [{"name": "f", "input_schema": OBJECT}],
                       "tool_choice": {"type": "tool", "name": "g"}}, "b", "tool_choice"),
+    ("/v1/messages/count_tokens", {"messages": USER, "tools": [{"name": "f", "input_schema": OBJECT}],
+                                   "tool_choice": {"type": "tool", "name": "g"}}, "b", "tool_choice"),
     ("/v1/messages", {"messages": USER, "max_tokens": 8, "tools": [{"name": "f", "input_schema": OBJECT}],
                       "tool_choice": {"type": "any"}, "output_config": {"format": {"type": "json_schema",
                                                                                    "schema": OBJECT}}}, "b",
