@@ -44,12 +44,26 @@ RESERVE = 1 << 30
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 CGROUP_MAX, CGROUP_STAT = Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.stat")
 
+_arenas: dict[int, _Arena] = {}
+"""id(file mapping) -> its arena, while the mapping lives: a model's weights share no chunk with another
+model's, so they go with it."""
+_jobs: queue.Queue = queue.Queue()
+"""(path, offset, copy, done, source) of each move, in the order the model was built."""
+_lock = threading.Lock()
+_worker: threading.Thread | None = None
+_failed: set[str] = set()
+"""Files whose read failed once: one warning each."""
+
 
 @functools.cache
 def mode() -> str:
     """Where streamed weights live: "2 MB pages" or why they stay in the file mapping (`hearth doctor`)."""
-    if os.environ.get("HEARTH_HUGE_PAGES", "1") == "0":
+    switch = os.environ.get("HEARTH_HUGE_PAGES", "1")
+    if switch == "0":
         return "the file mapping (HEARTH_HUGE_PAGES=0)"
+    if switch != "1":
+        log.warning(f"HEARTH_HUGE_PAGES={switch!r} is neither 0 (the file mapping) nor 1 (2 MB pages, the default): "
+                    "using 1")
     if not hasattr(mmap, "MADV_HUGEPAGE"):
         return "the file mapping (no transparent huge pages on this OS)"
     try:
@@ -104,11 +118,6 @@ class _Arena:
         return self.chunk[start:start + n]
 
 
-_arenas: dict[int, _Arena] = {}
-"""id(file mapping) -> its arena, while the mapping lives: a model's weights share no chunk with another
-model's, so they go with it."""
-
-
 def move(raw: torch.Tensor, source: np.ndarray | torch.Tensor, done: Callable[[torch.Tensor], None]) -> bool:
     """Read raw (uint8 [rows, bytes], a view of `source`, a file mapping) again from its file into 2 MB pages on
     a background thread, then call done(copy) there; False where nothing was started (the module docstring
@@ -138,11 +147,6 @@ def wait() -> None:
     _jobs.join()
 
 
-_jobs: queue.Queue = queue.Queue()
-_lock = threading.Lock()
-_worker: threading.Thread | None = None
-
-
 def _forked() -> None:
     """A forked child has no worker: its moves not done stay undone (it reads the mapping), wait() returns."""
     global _jobs, _lock, _worker
@@ -150,8 +154,6 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
-_failed: set[str] = set()
-"""Files whose read failed once: one warning each."""
 
 
 def _work() -> None:

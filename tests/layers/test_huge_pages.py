@@ -86,6 +86,13 @@ def test_the_mapping_stays_where_off_short_of_memory_or_not_a_file(thp, tiny, mo
     assert huge_pages.mode() == "the file mapping (HEARTH_HUGE_PAGES=0)"
 
 
+def test_a_switch_that_is_neither_0_nor_1_is_named_and_the_default_kept(thp, monkeypatch, caplog):
+    monkeypatch.setenv("HEARTH_HUGE_PAGES", "off")
+    huge_pages.mode.cache_clear()
+    assert huge_pages.mode() == "2 MB pages"
+    assert "HEARTH_HUGE_PAGES='off' is neither 0 (the file mapping) nor 1" in caplog.text
+
+
 def test_a_models_arena_goes_with_its_file(thp, tiny):
     g = GGUFFile(tiny)
     key = id(memmap_root(g.tensor("token_embd.weight").data))
